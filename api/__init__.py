@@ -1,0 +1,1 @@
+"""The lakelog gateway (FastAPI) and CLI."""

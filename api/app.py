@@ -1,0 +1,47 @@
+"""create_app(settings): the FastAPI gateway."""
+
+from __future__ import annotations
+
+import contextlib
+
+from fastapi import FastAPI
+
+from api.broker.broker import Broker
+from api.errors import install_error_handlers
+from api.limits import BodyLimitMiddleware
+from api.routes import records, v2_produce, v2_topics, v3_records, v3_topics
+from conf.settings import Settings, load_settings
+
+VERSION = "0.1.0"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or load_settings()
+    broker = Broker(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await broker.start()
+        try:
+            yield
+        finally:
+            await broker.close()
+
+    app = FastAPI(
+        title="lakelog",
+        version=VERSION,
+        summary="Kafka topics whose partitions are Delta tables, with the Confluent REST API.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.broker = broker
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, bytes_max=settings.request_bytes_max)
+    for module in (v2_topics, v2_produce, records, v3_topics, v3_records):
+        app.include_router(module.router)
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> dict:
+        return {"service": "lakelog", "version": VERSION, "cluster_id": settings.cluster_id}
+
+    return app

@@ -1,0 +1,29 @@
+"""FastAPI dependencies as Annotated aliases."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from api.broker.broker import Broker
+from conf.settings import Settings
+
+
+def get_broker(request: Request) -> Broker:
+    return request.app.state.broker
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+BrokerDep = Annotated[Broker, Depends(get_broker)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def base_url(request: Request, settings: Settings) -> str:
+    """The URL clients should use for links: the advertised URL, else the request's own."""
+    if settings.advertised_url:
+        return settings.advertised_url.rstrip("/")
+    return str(request.base_url).rstrip("/")

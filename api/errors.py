@@ -1,0 +1,129 @@
+"""The one place where errors become HTTP: status + Confluent's `{"error_code", "message"}`.
+
+Codes follow the Confluent REST Proxy (40401 unknown topic, 40402 unknown partition, 40002 bad
+request, 413, 415, 422xx validation, 50003 retriable). lakelog-only codes keep the same shape:
+41601 offset out of range.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from api.broker.errors import BrokerError, BrokerShuttingDown, InvalidRequest, RecordTooLarge
+from storage_layout.errors import (
+    AppendConflict,
+    CorruptPartition,
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidTopic,
+    OffsetOutOfRange,
+    PartitionNotFound,
+    StorageError,
+    StorageUnavailable,
+    TopicExists,
+    TopicNotFound,
+    UnsupportedTableFeatures,
+)
+
+log = logging.getLogger("lakelog.api")
+
+JSON_TYPE = "application/json"
+
+# Error class -> (HTTP status, Confluent error_code). The first matching base class wins.
+ERROR_STATUS: dict[type[Exception], tuple[int, int]] = {
+    TopicNotFound: (404, 40401),
+    PartitionNotFound: (404, 40402),
+    TopicExists: (400, 40002),
+    InvalidTopic: (400, 40002),
+    InvalidConfig: (400, 40002),
+    InvalidPartitions: (400, 40002),
+    InvalidRequest: (400, 40002),
+    OffsetOutOfRange: (416, 41601),
+    RecordTooLarge: (422, 422),  # as Karapace: the request was fine, a record was not
+    AppendConflict: (503, 50003),
+    StorageUnavailable: (503, 50003),
+    BrokerShuttingDown: (503, 50003),
+    CorruptPartition: (500, 50002),
+    UnsupportedTableFeatures: (500, 50002),
+    StorageError: (500, 50002),
+    BrokerError: (500, 50002),
+}
+# v3 reports an unknown topic or partition as 40403 (UnknownTopicOrPartition), as Confluent does.
+V3_OVERRIDES: dict[type[Exception], tuple[int, int]] = {
+    TopicNotFound: (404, 40403),
+    PartitionNotFound: (404, 40403),
+    RecordTooLarge: (413, 413),
+}
+
+
+class ApiError(Exception):
+    """An HTTP-level failure: bad content type, malformed body, oversized request."""
+
+    def __init__(self, status: int, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_code = error_code
+        self.message = message
+
+
+def status_for(error: Exception, *, v3: bool = False) -> tuple[int, int]:
+    """(HTTP status, error_code) of any error; unknown errors are 500/50002."""
+    if isinstance(error, ApiError):
+        return error.status, error.error_code
+    for table in (V3_OVERRIDES, ERROR_STATUS) if v3 else (ERROR_STATUS,):
+        for error_type, status in table.items():
+            if isinstance(error, error_type):
+                return status
+    return 500, 50002
+
+
+def error_body(error_code: int, message: str) -> dict:
+    return {"error_code": error_code, "message": message}
+
+
+def error_response(error: Exception, *, v3: bool = False) -> Response:
+    status, code = status_for(error, v3=v3)
+    message = (
+        str(error)
+        if status < 500 or isinstance(error, StorageError | BrokerError)
+        else ("Internal server error.")
+    )
+    return Response(orjson.dumps(error_body(code, message)), status, media_type=JSON_TYPE)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error leaves the gateway as Confluent's error body."""
+
+    async def handle_known(request: Request, error: Exception) -> Response:
+        return error_response(error, v3=request.url.path.startswith("/v3/"))
+
+    async def handle_validation(request: Request, error: RequestValidationError) -> Response:
+        return error_response(ApiError(422, 422, _describe_validation(error)))
+
+    async def handle_http(request: Request, error: StarletteHTTPException) -> Response:
+        message = str(error.detail) if error.detail else f"HTTP {error.status_code}"
+        return error_response(ApiError(error.status_code, error.status_code, message))
+
+    async def handle_unexpected(request: Request, error: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(error)
+
+    for error_type in (ApiError, StorageError, BrokerError):
+        app.add_exception_handler(error_type, handle_known)
+    app.add_exception_handler(RequestValidationError, handle_validation)
+    app.add_exception_handler(StarletteHTTPException, handle_http)
+    app.add_exception_handler(Exception, handle_unexpected)
+
+
+def _describe_validation(error: RequestValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
+        parts.append(f"{where}: {item.get('msg', 'invalid')}")
+    return "Invalid request: " + "; ".join(parts)

@@ -1,0 +1,77 @@
+"""Request body limit, enforced before a body is buffered.
+
+Starlette has no default body limit (a huge JSON body is an out-of-memory), so this ASGI
+middleware answers 413 from the Content-Length header alone, and counts the bytes of chunked
+bodies as they arrive. The v3 streaming records route is exempt: it is bounded per record.
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+_STREAMING_ROUTE = re.compile(r"^/v3/clusters/[^/]+/topics/[^/]+/records$")
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class BodyLimitMiddleware:
+    def __init__(self, app, *, bytes_max: int) -> None:
+        self.app = app
+        self.bytes_max = bytes_max
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or _STREAMING_ROUTE.match(scope["path"]):
+            return await self.app(scope, receive, send)
+        declared = _content_length(scope)
+        if declared is not None and declared > self.bytes_max:
+            return await self._reject(send, declared)
+        received = 0
+        started = False
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.bytes_max:
+                    raise BodyTooLarge
+            return message
+
+        async def tracking_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except BodyTooLarge:
+            if not started:
+                await self._reject(send, received)
+
+    async def _reject(self, send, size: int | None) -> None:
+        body = orjson.dumps(
+            {
+                "error_code": 413,
+                "message": f"The request body is larger than the gateway's limit of "
+                f"{self.bytes_max} bytes (LAKELOG_REQUEST_BYTES_MAX); send fewer records per "
+                f"request.",
+            }
+        )
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _content_length(scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None

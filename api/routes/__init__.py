@@ -1,0 +1,1 @@
+"""HTTP routes, one module per resource. Routes parse, make one broker call, shape the reply."""

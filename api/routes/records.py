@@ -1,0 +1,51 @@
+"""Stateless fetch: `GET /topics/{t}/partitions/{p}/records?offset=&max_bytes=&timeout=`.
+
+A long-poll: returns as soon as at least one record exists at `offset`, else after `timeout` ms
+with `[]`. Records carry timestamp and headers, which the Confluent v2 API leaves out.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+from api.broker.broker import FetchRequest
+from api.deps import BrokerDep
+from api.wire import fetch_format, records_to_json
+
+router = APIRouter(tags=["records"])
+
+_FORMATS = {
+    "binary": "application/vnd.kafka.binary.v2+json",
+    "json": "application/vnd.kafka.json.v2+json",
+}
+
+
+@router.get(
+    "/topics/{topic}/partitions/{partition}/records",
+    summary="Fetch records from an offset (long-poll)",
+    responses={200: {"content": {media: {} for media in _FORMATS.values()}}},
+)
+async def fetch_records(
+    topic: str,
+    partition: int,
+    request: Request,
+    broker: BrokerDep,
+    offset: Annotated[int, Query(ge=0, description="First offset to return")],
+    max_bytes: Annotated[int | None, Query(gt=0, description="Bytes of keys+values")] = None,
+    timeout: Annotated[int, Query(ge=0, description="Wait for data, in ms")] = 0,
+) -> Response:
+    embedded = fetch_format(request.headers.get("accept"))
+    settings = broker.settings
+    fetch = FetchRequest(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        bytes_max=min(max_bytes or settings.fetch_bytes_max_default, settings.fetch_bytes_max_cap),
+        timeout_ms=min(timeout, settings.fetch_timeout_ms_max),
+    )
+    result = await broker.fetch(fetch)
+    body = records_to_json(result.records, topic=topic, partition=partition, embedded=embedded)
+    return Response(body, media_type=_FORMATS[embedded])

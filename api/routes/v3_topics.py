@@ -1,0 +1,238 @@
+"""Confluent REST Proxy v3: clusters, topics (create, list, get, add partitions, delete),
+partitions and topic configs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Request
+from pydantic import BaseModel, Field
+from starlette.responses import Response
+
+from api.deps import BrokerDep, SettingsDep, base_url
+from api.errors import ApiError
+from conf.settings import Settings
+from storage_layout.catalog import TopicInfo
+
+router = APIRouter(prefix="/v3", tags=["v3 topics"])
+
+
+class ConfigEntry(BaseModel):
+    name: str
+    value: str | int | None = None
+
+
+class CreateTopic(BaseModel):
+    topic_name: str
+    partitions_count: int = 1
+    replication_factor: int | None = Field(
+        default=None, description="Accepted for compatibility; durability comes from storage."
+    )
+    configs: list[ConfigEntry] = []
+    validate_only: bool = False
+
+
+class UpdateTopic(BaseModel):
+    partitions_count: int
+
+
+class AlterConfigs(BaseModel):
+    data: list[ConfigEntry]
+    validate_only: bool = False
+
+
+def check_cluster(cluster_id: str, settings: Settings) -> None:
+    if cluster_id != settings.cluster_id:
+        raise ApiError(
+            404,
+            404,
+            f"Cluster '{cluster_id}' not found; this gateway serves '{settings.cluster_id}'.",
+        )
+
+
+def _cluster_data(url: str, cluster_id: str) -> dict:
+    self_url = f"{url}/v3/clusters/{cluster_id}"
+    related = {
+        name: {"related": f"{self_url}/{path}"}
+        for name, path in (
+            ("brokers", "brokers"),
+            ("topics", "topics"),
+            ("consumer_groups", "consumer-groups"),
+            ("broker_configs", "broker-configs"),
+            ("acls", "acls"),
+            ("partition_reassignments", "topics/-/partitions/-/reassignment"),
+        )
+    }
+    return {
+        "kind": "KafkaCluster",
+        "metadata": {"self": self_url, "resource_name": f"crn:///kafka={cluster_id}"},
+        "cluster_id": cluster_id,
+        "controller": {"related": f"{self_url}/brokers/0"},
+        **related,
+    }
+
+
+def _topic_data(url: str, cluster_id: str, topic: TopicInfo) -> dict:
+    self_url = f"{url}/v3/clusters/{cluster_id}/topics/{topic.name}"
+    return {
+        "kind": "KafkaTopic",
+        "metadata": {
+            "self": self_url,
+            "resource_name": f"crn:///kafka={cluster_id}/topic={topic.name}",
+        },
+        "cluster_id": cluster_id,
+        "topic_name": topic.name,
+        "is_internal": False,
+        "replication_factor": 1,
+        "partitions_count": topic.partitions,
+        "partitions": {"related": f"{self_url}/partitions"},
+        "configs": {"related": f"{self_url}/configs"},
+        "partition_reassignments": {"related": f"{self_url}/partitions/-/reassignment"},
+    }
+
+
+def _partition_data(url: str, cluster_id: str, topic: str, partition: int, node_id: int):
+    self_url = f"{url}/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}"
+    return {
+        "kind": "KafkaPartition",
+        "metadata": {
+            "self": self_url,
+            "resource_name": f"crn:///kafka={cluster_id}/topic={topic}/partition={partition}",
+        },
+        "cluster_id": cluster_id,
+        "topic_name": topic,
+        "partition_id": partition,
+        "leader": {"related": f"{url}/v3/clusters/{cluster_id}/brokers/{node_id}"},
+        "replicas": {"related": f"{self_url}/replicas"},
+        "reassignment": {"related": f"{self_url}/reassignment"},
+    }
+
+
+def _config_data(url: str, cluster_id: str, topic: TopicInfo, name: str, value: str) -> dict:
+    self_url = f"{url}/v3/clusters/{cluster_id}/topics/{topic.name}/configs/{name}"
+    return {
+        "kind": "KafkaTopicConfig",
+        "metadata": {"self": self_url, "resource_name": None},
+        "cluster_id": cluster_id,
+        "topic_name": topic.name,
+        "name": name,
+        "value": value,
+        "is_default": False,
+        "is_read_only": False,
+        "is_sensitive": False,
+        "source": "DYNAMIC_TOPIC_CONFIG",
+        "synonyms": [],
+    }
+
+
+def _list(kind: str, self_url: str, data: list) -> dict:
+    return {"kind": kind, "metadata": {"self": self_url, "next": None}, "data": data}
+
+
+@router.get("/clusters", summary="The one cluster this gateway serves")
+async def list_clusters(request: Request, settings: SettingsDep) -> dict:
+    url = base_url(request, settings)
+    data = [_cluster_data(url, settings.cluster_id)]
+    return _list("KafkaClusterList", f"{url}/v3/clusters", data)
+
+
+@router.get("/clusters/{cluster_id}", summary="Cluster")
+async def get_cluster(cluster_id: str, request: Request, settings: SettingsDep) -> dict:
+    check_cluster(cluster_id, settings)
+    return _cluster_data(base_url(request, settings), cluster_id)
+
+
+@router.get("/clusters/{cluster_id}/topics", summary="List topics")
+async def list_topics(cluster_id: str, request: Request, broker: BrokerDep) -> dict:
+    check_cluster(cluster_id, broker.settings)
+    url = base_url(request, broker.settings)
+    data = [_topic_data(url, cluster_id, t) for t in await broker.list_topics()]
+    return _list("KafkaTopicList", f"{url}/v3/clusters/{cluster_id}/topics", data)
+
+
+@router.post("/clusters/{cluster_id}/topics", status_code=201, summary="Create a topic")
+async def create_topic(
+    cluster_id: str, body: CreateTopic, request: Request, broker: BrokerDep
+) -> dict:
+    check_cluster(cluster_id, broker.settings)
+    configs = {entry.name: entry.value for entry in body.configs}
+    if body.validate_only:
+        topic = broker.validate_new_topic(body.topic_name, body.partitions_count, configs)
+    else:
+        topic = await broker.create_topic(
+            body.topic_name, partitions=body.partitions_count, configs=configs
+        )
+    return _topic_data(base_url(request, broker.settings), cluster_id, topic)
+
+
+@router.get("/clusters/{cluster_id}/topics/{topic}", summary="Get a topic")
+async def get_topic(cluster_id: str, topic: str, request: Request, broker: BrokerDep) -> dict:
+    check_cluster(cluster_id, broker.settings)
+    info = await broker.topic(topic)
+    return _topic_data(base_url(request, broker.settings), cluster_id, info)
+
+
+@router.patch("/clusters/{cluster_id}/topics/{topic}", summary="Increase the partition count")
+async def update_topic(
+    cluster_id: str, topic: str, body: UpdateTopic, request: Request, broker: BrokerDep
+) -> dict:
+    check_cluster(cluster_id, broker.settings)
+    info = await broker.alter_topic(topic, partitions=body.partitions_count)
+    return _topic_data(base_url(request, broker.settings), cluster_id, info)
+
+
+@router.delete("/clusters/{cluster_id}/topics/{topic}", status_code=204, summary="Delete a topic")
+async def delete_topic(cluster_id: str, topic: str, broker: BrokerDep) -> Response:
+    check_cluster(cluster_id, broker.settings)
+    await broker.delete_topic(topic)
+    return Response(status_code=204)
+
+
+@router.get("/clusters/{cluster_id}/topics/{topic}/partitions", summary="List partitions")
+async def list_partitions(cluster_id: str, topic: str, request: Request, broker: BrokerDep):
+    check_cluster(cluster_id, broker.settings)
+    info = await broker.topic(topic)
+    url = base_url(request, broker.settings)
+    node = broker.settings.node_id
+    data = [_partition_data(url, cluster_id, topic, p, node) for p in range(info.partitions)]
+    return _list(
+        "KafkaPartitionList", f"{url}/v3/clusters/{cluster_id}/topics/{topic}/partitions", data
+    )
+
+
+@router.get("/clusters/{cluster_id}/topics/{topic}/partitions/{partition}", summary="Partition")
+async def get_partition(
+    cluster_id: str, topic: str, partition: int, request: Request, broker: BrokerDep
+) -> dict:
+    check_cluster(cluster_id, broker.settings)
+    (await broker.topic(topic)).check_partition(partition)
+    url = base_url(request, broker.settings)
+    return _partition_data(url, cluster_id, topic, partition, broker.settings.node_id)
+
+
+@router.get("/clusters/{cluster_id}/topics/{topic}/configs", summary="Topic configs")
+async def list_configs(cluster_id: str, topic: str, request: Request, broker: BrokerDep) -> dict:
+    check_cluster(cluster_id, broker.settings)
+    info = await broker.topic(topic)
+    url = base_url(request, broker.settings)
+    data = [_config_data(url, cluster_id, info, n, v) for n, v in info.config.to_mapping().items()]
+    return _list(
+        "KafkaTopicConfigList", f"{url}/v3/clusters/{cluster_id}/topics/{topic}/configs", data
+    )
+
+
+@router.post(
+    "/clusters/{cluster_id}/topics/{topic}/configs:alter",
+    status_code=204,
+    summary="Change topic configs",
+)
+async def alter_configs(
+    cluster_id: str, topic: str, body: Annotated[AlterConfigs, Body()], broker: BrokerDep
+) -> Response:
+    check_cluster(cluster_id, broker.settings)
+    configs = {entry.name: entry.value for entry in body.data}
+    if not body.validate_only:
+        await broker.alter_topic(topic, configs=configs)
+    else:
+        broker.validate_configs(configs)
+    return Response(status_code=204)

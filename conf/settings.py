@@ -1,0 +1,57 @@
+"""The one place that reads LAKELOG_* environment variables.
+
+Every other package receives a `Settings` value (or the few fields it needs) as an argument.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    """Gateway, storage and Spark settings. Units are the last word of each name."""
+
+    model_config = SettingsConfigDict(env_prefix="LAKELOG_", frozen=True, extra="ignore")
+
+    # Storage: a local directory or an object-store URI (s3://, abfss://, /Volumes/...).
+    data_dir: str = "./data"
+
+    # Gateway identity and address.
+    host: str = "127.0.0.1"
+    port: int = 8082
+    node_id: int = 0
+    advertised_url: str | None = None
+    cluster_id: str = "lakelog"
+
+    # Request limits, checked before a body is buffered (bytes) and while it is parsed.
+    request_bytes_max: int = Field(default=16 * MIB, gt=0)
+    records_per_request_max: int = Field(default=10_000, gt=0)
+    stream_record_bytes_max: int = Field(default=2 * MIB, gt=0)
+
+    # Group commit: one Delta commit takes everything queued, within these bounds.
+    linger_ms: int = Field(default=2, ge=0)
+    commit_records_max: int = Field(default=50_000, gt=0)
+    commit_bytes_max: int = Field(default=32 * MIB, gt=0)
+
+    # Fetch: defaults and caps for one fetch request; tail kept in memory per partition.
+    fetch_bytes_max_default: int = Field(default=1 * MIB, gt=0)
+    fetch_bytes_max_cap: int = Field(default=64 * MIB, gt=0)
+    fetch_timeout_ms_max: int = Field(default=30_000, ge=0)
+    fetch_records_max: int = Field(default=10_000, gt=0)
+    tail_records_max: int = Field(default=20_000, ge=0)
+
+    # How often a node re-reads the topic catalog written by other nodes or tools.
+    catalog_refresh_ms: int = Field(default=5_000, ge=0)
+
+    # Spark (local runs; on Databricks the cluster's session is used).
+    spark_master: str = "local[2]"
+    spark_shuffle_partitions: int = 4
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from the environment, with explicit overrides (e.g. CLI flags) winning."""
+    values = {key: value for key, value in overrides.items() if value is not None}
+    return Settings(**values)

@@ -1,0 +1,252 @@
+"""Batch reads of a topic as a DataFrame shaped exactly like Spark's Kafka source.
+
+Offsets options follow Spark's Kafka source (`startingOffsets` / `endingOffsets`): "earliest",
+"latest", or per-partition JSON `{"topic": {"0": 23, "1": -2}}` with -2 = earliest and
+-1 = latest; ending offsets are exclusive. Bounds come from the partition tables' Delta logs on
+the driver (through storage_layout), data from `spark.read.format("delta")`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import reduce
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from storage_layout.catalog import TopicCatalog
+from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.paths import normalize_root, partition_table_uri
+
+# Spark's Kafka source schema (KafkaRecordToRowConverter): every field nullable, this order.
+KAFKA_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+)
+KAFKA_HEADERS_TYPE = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
+KAFKA_SCHEMA_WITH_HEADERS = StructType(
+    [*KAFKA_SCHEMA.fields, StructField("headers", KAFKA_HEADERS_TYPE)]
+)
+
+# Kafka's sentinels in per-partition offset JSON.
+EARLIEST = -2
+LATEST = -1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRange:
+    """Offsets [start, end) of one partition, read from Delta version `table_version`."""
+
+    partition: int
+    start: int
+    end: int
+    table_version: int
+
+
+def kafka_schema(*, include_headers: bool) -> StructType:
+    """Spark's Kafka source schema, with the `headers` column only when `include_headers`."""
+    return KAFKA_SCHEMA_WITH_HEADERS if include_headers else KAFKA_SCHEMA
+
+
+def read_topic(
+    spark: SparkSession,
+    root: str,
+    topic: str,
+    *,
+    starting_offsets: str | Mapping = "earliest",
+    ending_offsets: str | Mapping = "latest",
+    include_headers: bool = False,
+) -> DataFrame:
+    """Records of `topic` in [starting_offsets, ending_offsets), as Spark's Kafka source reads them.
+
+    Columns (exact names, types and order of Spark's Kafka source): key binary, value binary,
+    topic string, partition int, offset bigint, timestamp timestamp, timestampType int, and with
+    `include_headers` headers array<struct<key string, value binary>> (NULL when a record has no
+    headers). Row order is not guaranteed: sort by (partition, offset) if it matters.
+
+    `starting_offsets` is "earliest" or Kafka's JSON (a string or a dict) `{"topic": {"0": 23}}`
+    (-2 earliest, -1 latest; partitions not mentioned start at earliest). `ending_offsets` is
+    "latest" or JSON (exclusive; -1 latest; partitions not mentioned end at latest). "latest" is
+    each partition's high watermark when this function runs, and each partition is read at the
+    Delta version those bounds came from, so the DataFrame is a fixed snapshot: records appended
+    later never show up, however often it is evaluated.
+
+    Raises:
+        TopicNotFound: the topic does not exist under `root`.
+        ValueError: malformed offsets JSON, "latest" as a starting or -2/"earliest" as an ending
+            offset, or an explicit offset outside the partition's [log_start_offset,
+            high_watermark] (the message names the bounds), or a start after its end.
+    """
+    root = normalize_root(root)
+    info = TopicCatalog(root).topic(topic)
+    starts = parse_offsets(starting_offsets, topic=topic, partitions=info.partitions, ending=False)
+    ends = parse_offsets(ending_offsets, topic=topic, partitions=info.partitions, ending=True)
+    frames = [_empty_frame(spark, kafka_schema(include_headers=include_headers))]
+    for partition in range(info.partitions):
+        uri = partition_table_uri(root, topic, partition)
+        offsets = resolve_range(
+            DeltaPartitionLog.open(uri),
+            partition=partition,
+            start=starts.get(partition, EARLIEST),
+            end=ends.get(partition, LATEST),
+            topic=topic,
+        )
+        if offsets.start < offsets.end:  # empty ranges need no Spark scan at all
+            frames.append(
+                _partition_frame(spark, uri, offsets, topic=topic, include_headers=include_headers)
+            )
+    return reduce(lambda left, right: left.union(right), frames)
+
+
+def parse_offsets(
+    spec: str | Mapping, *, topic: str, partitions: int, ending: bool
+) -> dict[int, int]:
+    """Offsets by partition (-2 earliest, -1 latest) from a starting or ending offsets option.
+
+    Only the partitions `spec` mentions are returned. Raises ValueError for what Spark's Kafka
+    source rejects in a batch query, for other topics, unknown partitions and non-integers.
+    """
+    option = "endingOffsets" if ending else "startingOffsets"
+    if isinstance(spec, str) and spec.strip() in ("earliest", "latest"):
+        _check_keyword(spec.strip(), ending=ending)
+        return {}
+    by_topic = _load_json(spec, option=option)
+    other_topics = sorted(name for name in by_topic if name != topic)
+    if other_topics:
+        raise ValueError(f"{option} names topics other than '{topic}': {other_topics}.")
+    by_partition = by_topic.get(topic, {})
+    if not isinstance(by_partition, Mapping):
+        raise ValueError(f"{option} for topic '{topic}' must map partitions to offsets.")
+    return {
+        _partition_number(key, option=option, topic=topic, partitions=partitions): _offset_value(
+            value, option=option, topic=topic, partition=key, ending=ending
+        )
+        for key, value in by_partition.items()
+    }
+
+
+def resolve_range(
+    log: DeltaPartitionLog, *, partition: int, start: int, end: int, topic: str
+) -> OffsetRange:
+    """Turn -2/-1 into the partition's bounds and check explicit offsets against them."""
+    bounds = log.bounds()
+    low, high = bounds.log_start_offset, bounds.high_watermark
+    resolved = {EARLIEST: low, LATEST: high}
+    first, last = resolved.get(start, start), resolved.get(end, end)
+    where = f"{topic}-{partition}"
+    for option, offset in (("startingOffsets", first), ("endingOffsets", last)):
+        if not low <= offset <= high:
+            raise ValueError(
+                f"{option} for {where} is {offset}, outside the partition's offsets: "
+                f"log_start_offset {low}, high_watermark {high} (valid: {low} to {high})."
+            )
+    if first > last:
+        raise ValueError(
+            f"For {where} the starting offset {first} is after the ending offset {last}."
+        )
+    return OffsetRange(partition, first, last, log.snapshot.table_version)
+
+
+def _empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
+    """No rows, exactly `schema`. Put first in the union: a union's nullability is the OR of its
+    inputs', so the result has the Kafka schema's nullable fields, not Delta's NOT NULL offset
+    and timestamp. The optimizer prunes it (`WHERE false`), so it costs no scan; an empty
+    `createDataFrame` would be an RDD scan with tasks."""
+    nulls = [F.lit(None).cast(field.dataType).alias(field.name) for field in schema]
+    return spark.range(1).select(*nulls).where(F.lit(False))
+
+
+def _partition_frame(
+    spark: SparkSession, uri: str, offsets: OffsetRange, *, topic: str, include_headers: bool
+) -> DataFrame:
+    # Pinning the Delta version the bounds were read from makes the read repeatable even if
+    # retention or compaction commit meanwhile; the offset filter drops later appends and lets
+    # Delta skip files by their offset statistics.
+    table = spark.read.format("delta").option("versionAsOf", offsets.table_version).load(uri)
+    offset = F.col("offset")
+    rows = table.where((offset >= offsets.start) & (offset < offsets.end))
+    columns = [
+        F.col("key"),
+        F.col("value"),
+        F.lit(topic).alias("topic"),
+        F.lit(offsets.partition).cast("int").alias("partition"),
+        offset,
+        F.col("timestamp"),
+        F.col("timestamp_type").cast("int").alias("timestampType"),
+    ]
+    if include_headers:
+        # Kafka's source gives NULL, not [], for a record without headers; the storage writes
+        # NULL already, this also covers an empty list written by any other tool.
+        columns.append(F.when(F.size("headers") > 0, F.col("headers")).alias("headers"))
+    return rows.select(*columns)
+
+
+def _check_keyword(keyword: str, *, ending: bool) -> None:
+    # Spark's wording (KafkaSourceProvider.validateBatchOptions).
+    if ending and keyword == "earliest":
+        raise ValueError("ending offset can't be earliest for batch queries on Kafka")
+    if not ending and keyword == "latest":
+        raise ValueError("starting offset can't be latest for batch queries on Kafka")
+
+
+def _load_json(spec: str | Mapping, *, option: str) -> Mapping:
+    if isinstance(spec, Mapping):
+        by_topic = spec
+    else:
+        try:
+            by_topic = json.loads(spec)
+        except (TypeError, json.JSONDecodeError) as error:
+            raise ValueError(
+                f'{option} must be "earliest", "latest" or JSON like '
+                f'{{"topic": {{"0": 23, "1": -2}}}}; got {spec!r} ({error}).'
+            ) from None
+    if not isinstance(by_topic, Mapping):
+        raise ValueError(f"{option} JSON must be an object keyed by topic; got {spec!r}.")
+    return by_topic
+
+
+def _partition_number(key: object, *, option: str, topic: str, partitions: int) -> int:
+    try:
+        partition = int(key)  # JSON object keys are strings; dicts may use ints
+    except (TypeError, ValueError):
+        raise ValueError(f"{option} for topic '{topic}' has a bad partition {key!r}.") from None
+    if not 0 <= partition < partitions:
+        raise ValueError(
+            f"{option} names partition {partition} of topic '{topic}', which has partitions "
+            f"0..{partitions - 1}."
+        )
+    return partition
+
+
+def _offset_value(value: object, *, option: str, topic: str, partition: object, ending: bool):
+    if isinstance(value, bool) or not isinstance(value, int) or value < EARLIEST:
+        raise ValueError(
+            f"{option} for {topic}-{partition} must be an offset >= 0, -2 (earliest) or -1 "
+            f"(latest); got {value!r}."
+        )
+    if ending and value == EARLIEST:
+        raise ValueError(
+            f"ending offset for {topic}-{partition} can't be earliest for batch queries on Kafka"
+        )
+    return value

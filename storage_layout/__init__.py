@@ -1,0 +1,1 @@
+"""Delta layout and the partition log core. The only package that imports deltalake."""

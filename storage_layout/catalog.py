@@ -1,0 +1,220 @@
+"""The topic catalog: `_meta/topics`, a Delta table with one row per topic version.
+
+The current state of a topic is its row with the highest `version`. Every change commits a
+`txn` action `Transaction("topic/<name>", version)` on the snapshot it was decided on, so two
+nodes changing the same topic at once cannot both win (the same CAS as offsets, FORMAT.md).
+
+Concurrency contract: methods are safe to call from several threads of one process (a lock
+serializes writers); several processes and nodes are serialized by the CAS.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
+from storage_layout import paths
+from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.errors import (
+    InvalidPartitions,
+    PartitionNotFound,
+    StorageUnavailable,
+    TopicExists,
+    TopicNotFound,
+)
+from storage_layout.fs import remove_tree
+from storage_layout.schema import TIMESTAMP_TYPE
+from storage_layout.topic_config import TopicConfig, validate_topic_name
+
+TOPICS_TABLE = "topics"
+PARTITIONS_MAX = 10_000
+STATE_ACTIVE = "active"
+STATE_DELETED = "deleted"
+
+CATALOG_SCHEMA = pa.schema(
+    [
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("version", pa.int64(), nullable=False),
+        pa.field("topic_id", pa.string(), nullable=False),
+        pa.field("partitions", pa.int32(), nullable=False),
+        pa.field("config", pa.string(), nullable=False),
+        pa.field("state", pa.string(), nullable=False),
+        pa.field("updated_at", TIMESTAMP_TYPE, nullable=False),
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """One version of a topic: its partition count and configuration."""
+
+    name: str
+    topic_id: str
+    version: int
+    partitions: int
+    config: TopicConfig
+    state: str = STATE_ACTIVE
+
+    def check_partition(self, partition: int) -> None:
+        if not 0 <= partition < self.partitions:
+            raise PartitionNotFound(self.name, partition, self.partitions)
+
+
+class TopicCatalog:
+    """Reads and changes `<root>/_meta/topics`; creates and deletes the partition tables."""
+
+    def __init__(self, root: str) -> None:
+        self.root = paths.normalize_root(root)
+        self._uri = paths.meta_table_uri(self.root, TOPICS_TABLE)
+        self._lock = threading.Lock()
+        self._dt = self._open_or_create()
+
+    def _open_or_create(self) -> DeltaTable:
+        try:
+            return DeltaTable(self._uri)
+        except TableNotFoundError:
+            pass
+        try:
+            return DeltaTable.create(self._uri, CATALOG_SCHEMA, mode="ignore")
+        except (OSError, DeltaError) as error:
+            raise StorageUnavailable(f"Cannot create the catalog {self._uri}: {error}") from error
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    def topics(self) -> dict[str, TopicInfo]:
+        """Active topics by name, as of the latest catalog version."""
+        with self._lock:
+            return {n: t for n, t in self._latest().items() if t.state == STATE_ACTIVE}
+
+    def topic(self, name: str) -> TopicInfo:
+        topic = self.topics().get(name)
+        if topic is None:
+            raise TopicNotFound(name)
+        return topic
+
+    def _latest(self) -> dict[str, TopicInfo]:
+        try:
+            self._dt.update_incremental()
+            rows = self._dt.to_pyarrow_table().to_pylist()
+        except (OSError, DeltaError) as error:
+            raise StorageUnavailable(f"Cannot read the topic catalog: {error}") from error
+        latest: dict[str, TopicInfo] = {}
+        for row in rows:
+            current = latest.get(row["name"])
+            if current is None or row["version"] > current.version:
+                latest[row["name"]] = _row_to_topic(row)
+        return latest
+
+    # ---- changes ---------------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int, config: TopicConfig) -> TopicInfo:
+        """Create the topic and its empty partition tables.
+
+        Raises:
+            InvalidTopic, InvalidPartitions: bad name or partition count.
+            TopicExists: an active topic has this name (also when another node wins the race).
+        """
+        validate_topic_name(name)
+        check_partition_count(partitions)
+        with self._lock:
+            previous = self._latest().get(name)
+            if previous is not None and previous.state == STATE_ACTIVE:
+                raise TopicExists(name)
+            version = previous.version + 1 if previous else 1
+            topic = TopicInfo(name, uuid.uuid4().hex, version, partitions, config)
+            self._commit(topic, on_conflict=TopicExists(name))
+        # Leftovers of an earlier topic with this name are garbage once the catalog says so.
+        remove_tree(paths.topic_dir(self.root, name))
+        self._create_tables(name, range(partitions))
+        return topic
+
+    def alter_topic(
+        self, name: str, *, partitions: int | None = None, config: TopicConfig | None = None
+    ) -> TopicInfo:
+        """Add partitions (never remove: Kafka's rule) and/or replace the configuration."""
+        with self._lock:
+            current = self._latest().get(name)
+            if current is None or current.state != STATE_ACTIVE:
+                raise TopicNotFound(name)
+            new_count = current.partitions if partitions is None else partitions
+            check_partition_count(new_count)
+            if new_count < current.partitions:
+                raise InvalidPartitions(
+                    f"Topic '{name}' has {current.partitions} partitions; the count can only "
+                    f"grow (requested {new_count})."
+                )
+            self._create_tables(name, range(current.partitions, new_count))
+            topic = TopicInfo(
+                name, current.topic_id, current.version + 1, new_count, config or current.config
+            )
+            self._commit(topic, on_conflict=TopicNotFound(name))
+        return topic
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        """Mark the topic deleted, then remove its tables."""
+        with self._lock:
+            current = self._latest().get(name)
+            if current is None or current.state != STATE_ACTIVE:
+                raise TopicNotFound(name)
+            deleted = TopicInfo(
+                name,
+                current.topic_id,
+                current.version + 1,
+                current.partitions,
+                current.config,
+                STATE_DELETED,
+            )
+            self._commit(deleted, on_conflict=TopicNotFound(name))
+        remove_tree(paths.topic_dir(self.root, name))
+        return deleted
+
+    def _create_tables(self, name: str, partitions) -> None:
+        for partition in partitions:
+            DeltaPartitionLog.create(paths.partition_table_uri(self.root, name, partition))
+
+    def _commit(self, topic: TopicInfo, *, on_conflict: Exception) -> None:
+        properties = CommitProperties(
+            app_transactions=[Transaction(f"topic/{topic.name}", topic.version)]
+        )
+        try:
+            write_deltalake(
+                self._dt, _topic_to_row(topic), mode="append", commit_properties=properties
+            )
+        except CommitFailedError as error:
+            raise on_conflict from error
+        except (OSError, DeltaError) as error:
+            raise StorageUnavailable(f"Cannot write the topic catalog: {error}") from error
+
+
+def check_partition_count(partitions: int) -> None:
+    if not 1 <= partitions <= PARTITIONS_MAX:
+        raise InvalidPartitions(
+            f"Invalid partition count {partitions}: use 1 to {PARTITIONS_MAX} partitions."
+        )
+
+
+def _topic_to_row(topic: TopicInfo) -> pa.Table:
+    row = {
+        "name": [topic.name],
+        "version": [topic.version],
+        "topic_id": [topic.topic_id],
+        "partitions": [topic.partitions],
+        "config": [json.dumps(topic.config.to_mapping(), sort_keys=True)],
+        "state": [topic.state],
+        "updated_at": [int(time.time() * 1_000_000)],
+    }
+    return pa.table(row, schema=CATALOG_SCHEMA)
+
+
+def _row_to_topic(row: dict) -> TopicInfo:
+    config = TopicConfig.from_mapping(json.loads(row["config"]))
+    return TopicInfo(
+        row["name"], row["topic_id"], row["version"], row["partitions"], config, row["state"]
+    )

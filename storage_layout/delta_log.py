@@ -1,0 +1,472 @@
+"""DeltaPartitionLog: one topic partition as one Delta table.
+
+Offsets are assigned by the writer from its loaded snapshot, and every append commits a Delta
+`txn` action `Transaction("log", last_offset)` built on that same snapshot. delta-rs rejects a
+commit whose app id was written by any commit after its snapshot, so two writers can never commit
+the same offsets (FORMAT.md, invariant 3). The high watermark is that txn version + 1.
+
+Concurrency contract: one thread at a time calls `append` (the partition's writer); any number of
+threads may call `read`, `bounds` and `snapshot` concurrently: they read an immutable
+`LogSnapshot` that `append` and `reload` replace atomically.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction
+
+from storage_layout import paths
+from storage_layout.errors import (
+    AppendConflict,
+    CorruptPartition,
+    OffsetOutOfRange,
+    StorageUnavailable,
+)
+from storage_layout.fs import filesystem as _filesystem
+from storage_layout.protocol_check import check_protocol
+from storage_layout.records import AppendResult, FetchResult, NewRecord, PartitionBounds
+from storage_layout.schema import (
+    FILE_SCHEMA,
+    LOG_APP_ID,
+    PARTITION_COLUMN,
+    PARTITION_SCHEMA,
+    RECORD_COLUMNS,
+    TIMESTAMP_TYPE,
+    TIMESTAMP_TYPE_CREATE_TIME,
+    TIMESTAMP_TYPE_LOG_APPEND_TIME,
+)
+from storage_layout.topic_config import TopicConfig
+
+# Table properties set at creation. Log retention keeps `_delta_log` small under constant load;
+# never set delta.setTransactionRetentionDuration: it would expire the offset CAS (invariant 3).
+TABLE_CONFIGURATION = {
+    "delta.checkpointInterval": "100",
+    "delta.logRetentionDuration": "interval 7 days",
+}
+# Non-txn conflicts (e.g. a retention DELETE committed under the lease) are retried on a fresh
+# snapshot; the failed attempt committed nothing, so offsets may be assigned again.
+APPEND_ATTEMPTS_MAX = 3
+TAIL_COMMITS_MAX = 256
+
+
+@dataclass(frozen=True, slots=True)
+class DataFile:
+    """One Parquet file of the table with its offset range (from Delta file statistics)."""
+
+    path: str
+    segment: int
+    min_offset: int
+    max_offset: int
+    num_records: int
+    size_bytes: int
+    modification_time_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TailChunk:
+    """Records of one recent commit kept in memory so fetches at the head skip Parquet."""
+
+    base_offset: int
+    records: pa.Table
+
+
+@dataclass(frozen=True, slots=True)
+class LogSnapshot:
+    """What the log looks like at `table_version`. Files are sorted by min_offset."""
+
+    table_version: int
+    high_watermark: int
+    files: tuple[DataFile, ...]
+    tail: tuple[TailChunk, ...] = ()
+
+    @property
+    def log_start_offset(self) -> int:
+        """First offset still stored; equals the high watermark when nothing is stored."""
+        return self.files[0].min_offset if self.files else self.high_watermark
+
+    @property
+    def active_segment(self) -> int | None:
+        return max((f.segment for f in self.files), default=None)
+
+    def segment_files(self, segment: int) -> list[DataFile]:
+        return [f for f in self.files if f.segment == segment]
+
+
+class DeltaPartitionLog:
+    """The partition log of one topic partition, stored as a Delta table at `table_uri`."""
+
+    def __init__(self, table_uri: str, dt: DeltaTable, *, tail_records_max: int = 20_000) -> None:
+        self.table_uri = table_uri
+        self._dt = dt
+        self._fs, self._fs_base = _filesystem(table_uri)
+        self._tail_records_max = tail_records_max
+        self._snapshot = _load_snapshot(dt)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, table_uri: str) -> None:
+        """Create the empty table (protocol 1/2, partitioned by `segment`). Idempotent."""
+        try:
+            DeltaTable.create(
+                table_uri,
+                PARTITION_SCHEMA,
+                mode="ignore",
+                partition_by=[PARTITION_COLUMN],
+                configuration=TABLE_CONFIGURATION,
+            )
+        except (OSError, DeltaError) as error:
+            raise StorageUnavailable(f"Cannot create table {table_uri}: {error}") from error
+
+    @classmethod
+    def open(cls, table_uri: str, *, tail_records_max: int = 20_000) -> DeltaPartitionLog:
+        """Load the table, check its protocol against the allow-list, build the file index."""
+        try:
+            dt = DeltaTable(table_uri)
+        except TableNotFoundError as error:
+            raise CorruptPartition(f"No Delta table at {table_uri}: {error}") from error
+        except (OSError, DeltaError) as error:
+            raise StorageUnavailable(f"Cannot load table {table_uri}: {error}") from error
+        check_protocol(dt.protocol(), table_uri)
+        return cls(table_uri, dt, tail_records_max=tail_records_max)
+
+    def reload(self) -> LogSnapshot:
+        """Catch up with commits made by others (other nodes, maintenance jobs)."""
+        try:
+            self._dt.update_incremental()
+        except (OSError, DeltaError) as error:
+            raise StorageUnavailable(f"Cannot refresh {self.table_uri}: {error}") from error
+        check_protocol(self._dt.protocol(), self.table_uri)
+        self._snapshot = _load_snapshot(self._dt)
+        return self._snapshot
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> LogSnapshot:
+        return self._snapshot
+
+    def bounds(self) -> PartitionBounds:
+        snapshot = self._snapshot
+        return PartitionBounds(snapshot.log_start_offset, snapshot.high_watermark)
+
+    def read(self, *, from_offset: int, records_max: int, bytes_max: int) -> FetchResult:
+        """Records from `from_offset` on, at most `records_max`, about `bytes_max` of key+value.
+
+        At least one record is returned when one exists, even if it alone exceeds `bytes_max`
+        (as Kafka does, so a large record never blocks a consumer).
+
+        Raises:
+            OffsetOutOfRange: `from_offset` is below log_start_offset or above the high watermark.
+        """
+        snapshot = self._snapshot
+        start, end = snapshot.log_start_offset, snapshot.high_watermark
+        if from_offset < start or from_offset > end:
+            raise OffsetOutOfRange(from_offset, start, end)
+        records = _empty_records()
+        if from_offset < end and records_max > 0:
+            records = self._read_tail(snapshot, from_offset, records_max)
+            if records is None:
+                records = self._read_files(snapshot, from_offset, records_max, bytes_max)
+            records = _limit_bytes(records, bytes_max)
+        return FetchResult(records, start, end)
+
+    def _read_tail(self, snapshot: LogSnapshot, from_offset: int, records_max: int):
+        if not snapshot.tail or from_offset < snapshot.tail[0].base_offset:
+            return None
+        chunks, count = [], 0
+        for chunk in snapshot.tail:
+            last = chunk.base_offset + chunk.records.num_rows - 1
+            if last < from_offset:
+                continue
+            skip = max(0, from_offset - chunk.base_offset)
+            part = chunk.records.slice(skip, records_max - count)
+            chunks.append(part)
+            count += part.num_rows
+            if count >= records_max:
+                break
+        return pa.concat_tables(chunks) if chunks else _empty_records()
+
+    def _read_files(self, snapshot: LogSnapshot, from_offset: int, records_max: int, bytes_max):
+        max_offsets = [f.max_offset for f in snapshot.files]
+        index = bisect.bisect_left(max_offsets, from_offset)
+        tables, count, size = [], 0, 0
+        for data_file in snapshot.files[index:]:
+            table = self._read_file(data_file, from_offset)
+            table = table.slice(0, records_max - count)
+            tables.append(table)
+            count += table.num_rows
+            size += _payload_bytes(table)
+            if count >= records_max or size >= bytes_max:
+                break
+        return pa.concat_tables(tables) if tables else _empty_records()
+
+    def _read_file(self, data_file: DataFile, from_offset: int) -> pa.Table:
+        path = paths.join(self._fs_base, data_file.path) if self._fs_base else data_file.path
+        try:
+            table = pq.read_table(path, filesystem=self._fs, columns=list(RECORD_COLUMNS))
+        except OSError as error:
+            raise StorageUnavailable(
+                f"Cannot read {self.table_uri}/{data_file.path}: {error}"
+            ) from error
+        if data_file.min_offset < from_offset:
+            table = table.filter(pc.field("offset") >= from_offset)
+        return table.cast(_RECORDS_SCHEMA)
+
+    # ---- append ----------------------------------------------------------------------------
+
+    def append(
+        self, records: Sequence[NewRecord], *, config: TopicConfig, now_ms: int | None = None
+    ) -> AppendResult:
+        """Append `records` in one Delta commit with the offset CAS; dense offsets from the HW.
+
+        Raises:
+            AppendConflict: another writer committed offsets after this log's snapshot; nothing
+                was committed and the snapshot has been reloaded.
+            StorageUnavailable: the storage could not be written.
+        """
+        if not records:
+            raise ValueError("append needs at least one record")
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        for attempt in range(APPEND_ATTEMPTS_MAX):
+            try:
+                return self._append_once(records, config=config, now_ms=now_ms)
+            except CommitFailedError as error:
+                self.reload()
+                if _is_txn_conflict(error):
+                    raise AppendConflict(
+                        f"Another writer committed offsets to {self.table_uri} after this "
+                        f"writer's snapshot; nothing was appended."
+                    ) from error
+                if attempt == APPEND_ATTEMPTS_MAX - 1:
+                    raise StorageUnavailable(
+                        f"Commit to {self.table_uri} failed: {error}"
+                    ) from error
+        raise AssertionError("unreachable")
+
+    def _append_once(self, records, *, config: TopicConfig, now_ms: int) -> AppendResult:
+        snapshot = self._snapshot
+        base_offset = snapshot.high_watermark
+        last_offset = base_offset + len(records) - 1
+        segment = _segment_for_append(snapshot, base_offset, config, now_ms)
+        table = _records_to_arrow(records, base_offset, now_ms, config.log_append_time)
+        data_file, action = self._write_data_file(table, segment, now_ms)
+        self._commit([action], last_offset)
+        self._after_commit(snapshot, data_file, table)
+        return AppendResult(base_offset, last_offset, now_ms, self._snapshot.table_version, segment)
+
+    def _write_data_file(self, table: pa.Table, segment: int, now_ms: int):
+        relative = f"{PARTITION_COLUMN}={segment}/part-{uuid.uuid4().hex}.zstd.parquet"
+        full = paths.join(self._fs_base, relative) if self._fs_base else relative
+        try:
+            self._fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
+            pq.write_table(table, full, filesystem=self._fs, compression="zstd")
+            size = self._fs.get_file_info(full).size
+        except OSError as error:
+            raise StorageUnavailable(
+                f"Cannot write {self.table_uri}/{relative}: {error}"
+            ) from error
+        offsets = table.column("offset")
+        data_file = DataFile(
+            relative, segment, offsets[0].as_py(), offsets[-1].as_py(), table.num_rows, size, now_ms
+        )
+        action = AddAction(
+            relative, size, {PARTITION_COLUMN: str(segment)}, now_ms, True, _file_stats(table)
+        )
+        return data_file, action
+
+    def _commit(self, actions: list[AddAction], last_offset: int) -> None:
+        properties = CommitProperties(app_transactions=[Transaction(LOG_APP_ID, last_offset)])
+        try:
+            self._dt.create_write_transaction(
+                actions,
+                mode="append",
+                schema=PARTITION_SCHEMA,
+                partition_by=[PARTITION_COLUMN],
+                commit_properties=properties,
+            )
+        except CommitFailedError:
+            raise
+        except (OSError, DeltaError) as error:
+            raise StorageUnavailable(f"Commit to {self.table_uri} failed: {error}") from error
+
+    def _after_commit(self, before: LogSnapshot, data_file: DataFile, table: pa.Table) -> None:
+        """Advance the loaded snapshot past our own commit (the next CAS must include it)."""
+        try:
+            self._dt.update_incremental()
+        except (OSError, DeltaError) as error:
+            raise StorageUnavailable(f"Cannot refresh {self.table_uri}: {error}") from error
+        if self._dt.version() != before.table_version + 1:
+            self._snapshot = _load_snapshot(self._dt)  # someone else committed too: rebuild
+            return
+        tail = self._next_tail(before.tail, data_file.min_offset, table)
+        self._snapshot = LogSnapshot(
+            table_version=before.table_version + 1,
+            high_watermark=data_file.max_offset + 1,
+            files=(*before.files, data_file),
+            tail=tail,
+        )
+
+    def _next_tail(self, tail, base_offset: int, table: pa.Table) -> tuple[TailChunk, ...]:
+        if self._tail_records_max <= 0:
+            return ()
+        chunks = [*tail, TailChunk(base_offset, table.select(list(RECORD_COLUMNS)))]
+        rows = sum(chunk.records.num_rows for chunk in chunks)
+        while len(chunks) > 1 and (
+            rows - chunks[0].records.num_rows >= self._tail_records_max
+            or len(chunks) > TAIL_COMMITS_MAX
+        ):
+            rows -= chunks.pop(0).records.num_rows
+        return tuple(chunks)
+
+
+# ---- helpers (pure) --------------------------------------------------------------------------
+
+_RECORDS_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in RECORD_COLUMNS])
+
+
+def _empty_records() -> pa.Table:
+    return _RECORDS_SCHEMA.empty_table()
+
+
+def _is_txn_conflict(error: CommitFailedError) -> bool:
+    return "Concurrent transaction" in str(error)
+
+
+def _payload_bytes(table: pa.Table) -> int:
+    return table.column("key").nbytes + table.column("value").nbytes
+
+
+def _limit_bytes(records: pa.Table, bytes_max: int) -> pa.Table:
+    """Keep the longest prefix within `bytes_max` of key+value bytes, and at least one record."""
+    if records.num_rows <= 1 or _payload_bytes(records) <= bytes_max:
+        return records
+    sizes = pc.add(
+        pc.fill_null(pc.binary_length(records.column("key")), 0),
+        pc.fill_null(pc.binary_length(records.column("value")), 0),
+    )
+    cumulative = pc.cumulative_sum(sizes)
+    keep = pc.sum(pc.less_equal(cumulative, bytes_max)).as_py() or 0
+    return records.slice(0, max(1, keep))
+
+
+def _segment_for_append(
+    snapshot: LogSnapshot, base_offset: int, config: TopicConfig, now_ms: int
+) -> int:
+    """The active segment, or a new one (base = this append's first offset) when it is full
+    (`segment.bytes`) or old (`segment.ms`, measured from its first file's append time)."""
+    active = snapshot.active_segment
+    if active is None:
+        return base_offset
+    files = snapshot.segment_files(active)
+    size_bytes = sum(f.size_bytes for f in files)
+    created_ms = min(f.modification_time_ms for f in files)
+    if size_bytes >= config.segment_bytes or now_ms - created_ms >= config.segment_ms:
+        return base_offset
+    return active
+
+
+def _records_to_arrow(
+    records: Sequence[NewRecord], base_offset: int, now_ms: int, log_append_time: bool
+) -> pa.Table:
+    count = len(records)
+    if log_append_time:
+        timestamps = [now_ms * 1000] * count
+        timestamp_type = TIMESTAMP_TYPE_LOG_APPEND_TIME
+    else:
+        timestamps = [
+            (r.timestamp_ms if r.timestamp_ms is not None else now_ms) * 1000 for r in records
+        ]
+        timestamp_type = TIMESTAMP_TYPE_CREATE_TIME
+    headers = [
+        [{"key": k, "value": v} for k, v in r.headers] if r.headers else None for r in records
+    ]
+    columns = [
+        pa.array(range(base_offset, base_offset + count), pa.int64()),
+        pa.array(timestamps, TIMESTAMP_TYPE),
+        pa.array([timestamp_type] * count, pa.int8()),
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.value for r in records], pa.binary()),
+        pa.array(headers, FILE_SCHEMA.field("headers").type),
+        pa.nulls(count, pa.int64()),
+        pa.nulls(count, pa.int16()),
+        pa.nulls(count, pa.int32()),
+    ]
+    return pa.Table.from_arrays(columns, schema=FILE_SCHEMA)
+
+
+def _file_stats(table: pa.Table) -> str:
+    """Delta file statistics: offsets exact; timestamps widened to whole milliseconds (Delta
+    stores millisecond precision, and a truncated maximum would let readers skip a file)."""
+    offsets = table.column("offset")
+    micros = table.column("timestamp").cast(pa.int64())
+    bounds = pc.min_max(micros)
+    min_ms = bounds["min"].as_py() // 1000
+    max_ms = -(-bounds["max"].as_py() // 1000)
+    stats = {
+        "numRecords": table.num_rows,
+        "minValues": {"offset": offsets[0].as_py(), "timestamp": _iso_ms(min_ms)},
+        "maxValues": {"offset": offsets[-1].as_py(), "timestamp": _iso_ms(max_ms)},
+        "nullCount": {"offset": 0, "timestamp": 0, "timestamp_type": 0},
+    }
+    return json.dumps(stats, separators=(",", ":"))
+
+
+def _iso_ms(epoch_ms: int) -> str:
+    seconds, millis = divmod(epoch_ms, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+
+
+def _load_snapshot(dt: DeltaTable) -> LogSnapshot:
+    """Build the file index from the table's add actions and check the offset invariants."""
+    last_offset = dt.transaction_version(LOG_APP_ID)
+    high_watermark = 0 if last_offset is None else last_offset + 1
+    files = sorted(_data_files(dt), key=lambda f: f.min_offset)
+    for previous, current in zip(files, files[1:], strict=False):
+        if current.min_offset <= previous.max_offset:
+            raise CorruptPartition(
+                f"{dt.table_uri}: files {previous.path} and {current.path} overlap in offsets."
+            )
+    if files and files[-1].max_offset >= high_watermark:
+        raise CorruptPartition(
+            f"{dt.table_uri}: stores offset {files[-1].max_offset} but its offset txn says the "
+            f"high watermark is {high_watermark}."
+        )
+    return LogSnapshot(dt.version(), high_watermark, tuple(files))
+
+
+def _data_files(dt: DeltaTable) -> list[DataFile]:
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return []
+    columns = actions.to_pydict()
+    modification = [_epoch_ms(value) for value in columns["modification_time"]]
+    return [
+        DataFile(
+            path=columns["path"][i],
+            segment=int(columns[f"partition.{PARTITION_COLUMN}"][i]),
+            min_offset=columns["min.offset"][i],
+            max_offset=columns["max.offset"][i],
+            num_records=columns["num_records"][i],
+            size_bytes=columns["size_bytes"][i],
+            modification_time_ms=modification[i],
+        )
+        for i in range(actions.num_rows)
+    ]
+
+
+def _epoch_ms(value) -> int:
+    if isinstance(value, int):
+        return value
+    return int(value.timestamp() * 1000)

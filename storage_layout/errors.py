@@ -1,0 +1,94 @@
+"""Storage errors: one tree, stable codes, `retriable` marks what a client may simply retry."""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base of every storage failure. `code` is stable and part of the contract."""
+
+    code = "STORAGE_ERROR"
+    retriable = False
+
+
+class TopicNotFound(StorageError):
+    code = "UNKNOWN_TOPIC_OR_PARTITION"
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"Topic '{topic}' does not exist.")
+        self.topic = topic
+
+
+class PartitionNotFound(StorageError):
+    code = "UNKNOWN_PARTITION"
+
+    def __init__(self, topic: str, partition: int, partitions: int) -> None:
+        super().__init__(
+            f"Partition {partition} of topic '{topic}' does not exist "
+            f"(the topic has partitions 0..{partitions - 1})."
+        )
+        self.topic, self.partition = topic, partition
+
+
+class TopicExists(StorageError):
+    code = "TOPIC_ALREADY_EXISTS"
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"Topic '{topic}' already exists.")
+        self.topic = topic
+
+
+class InvalidTopic(StorageError):
+    code = "INVALID_TOPIC_EXCEPTION"
+
+
+class InvalidConfig(StorageError):
+    code = "INVALID_CONFIG"
+
+
+class InvalidPartitions(StorageError):
+    code = "INVALID_PARTITIONS"
+
+
+class OffsetOutOfRange(StorageError):
+    """A read below log_start_offset or above the high watermark."""
+
+    code = "OFFSET_OUT_OF_RANGE"
+
+    def __init__(self, offset: int, log_start_offset: int, high_watermark: int) -> None:
+        super().__init__(
+            f"Offset {offset} is out of range: this partition holds offsets "
+            f"{log_start_offset} (log_start_offset) to {high_watermark} (high_watermark, "
+            f"the next offset to be written)."
+        )
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.high_watermark = high_watermark
+
+
+class AppendConflict(StorageError):
+    """The offset compare-and-set lost: another writer committed offsets after our snapshot.
+
+    Nothing of this append was committed; the writer must reload before assigning offsets again.
+    """
+
+    code = "APPEND_CONFLICT"
+    retriable = True
+
+
+class UnsupportedTableFeatures(StorageError):
+    """The table uses Delta features deltalake cannot append to or read with pyarrow."""
+
+    code = "UNSUPPORTED_TABLE_FEATURES"
+
+
+class CorruptPartition(StorageError):
+    """The table contradicts the log invariants (e.g. offsets not dense)."""
+
+    code = "CORRUPT_PARTITION"
+
+
+class StorageUnavailable(StorageError):
+    """The storage root could not be read or written (I/O error, full disk, permissions)."""
+
+    code = "STORAGE_UNAVAILABLE"
+    retriable = True

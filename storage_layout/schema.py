@@ -1,0 +1,41 @@
+"""The Arrow schema of a partition table, shared by the gateway, the CLI and Spark code.
+
+Column order is part of the format (see FORMAT.md). `segment` is the Delta partition column and
+holds the base offset of the segment a record belongs to.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+# Spark and Delta name list children `element`; pyarrow's default `item` would not round-trip.
+HEADERS_TYPE = pa.list_(pa.field("element", HEADER_TYPE))
+
+TIMESTAMP_TYPE_CREATE_TIME = 0
+TIMESTAMP_TYPE_LOG_APPEND_TIME = 1
+
+PARTITION_COLUMN = "segment"
+LOG_APP_ID = "log"  # txn app id whose version is the last assigned offset (the offset CAS)
+
+PARTITION_SCHEMA = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", TIMESTAMP_TYPE, nullable=False),
+        pa.field("timestamp_type", pa.int8(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADERS_TYPE),
+        pa.field("producer_id", pa.int64()),
+        pa.field("producer_epoch", pa.int16()),
+        pa.field("sequence", pa.int32()),
+        pa.field(PARTITION_COLUMN, pa.int64(), nullable=False),
+    ]
+)
+
+# What a data file holds: the partition column lives in the directory name, not the file.
+FILE_SCHEMA = pa.schema([f for f in PARTITION_SCHEMA if f.name != PARTITION_COLUMN])
+
+# The columns a fetch returns (producer state stays internal).
+RECORD_COLUMNS = ("offset", "timestamp", "timestamp_type", "key", "value", "headers")

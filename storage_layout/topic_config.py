@@ -1,0 +1,115 @@
+"""Topic names and per-topic configuration, validated as Kafka validates them."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from storage_layout.errors import InvalidConfig, InvalidTopic
+
+TOPIC_NAME_LENGTH_MAX = 249
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def validate_topic_name(name: str) -> str:
+    """Kafka's rules: [a-zA-Z0-9._-], 1..249 characters, not '.' or '..'."""
+    if not name:
+        raise InvalidTopic("Topic name is empty: use 1 to 249 characters of [a-zA-Z0-9._-].")
+    if name in (".", ".."):
+        raise InvalidTopic(f"Topic name '{name}' is not allowed: '.' and '..' are reserved.")
+    if len(name) > TOPIC_NAME_LENGTH_MAX:
+        raise InvalidTopic(
+            f"Topic name is {len(name)} characters long; the maximum is {TOPIC_NAME_LENGTH_MAX}."
+        )
+    if not _TOPIC_NAME.fullmatch(name):
+        raise InvalidTopic(
+            f"Topic name '{name}' is illegal: it may contain only ASCII letters, digits, "
+            f"'.', '_' and '-'."
+        )
+    return name
+
+
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """Per-topic configuration with Kafka's names (as the `kafka_name` metadata) and defaults."""
+
+    retention_ms: int = dataclasses.field(default=604_800_000, metadata={"min": -1})
+    retention_bytes: int = dataclasses.field(default=-1, metadata={"min": -1})
+    cleanup_policy: str = dataclasses.field(
+        default="delete", metadata={"choices": CLEANUP_POLICIES}
+    )
+    segment_bytes: int = dataclasses.field(default=1_073_741_824, metadata={"min": 14})
+    segment_ms: int = dataclasses.field(default=604_800_000, metadata={"min": 1})
+    max_message_bytes: int = dataclasses.field(default=1_048_588, metadata={"min": 0})
+    message_timestamp_type: str = dataclasses.field(
+        default="CreateTime", metadata={"choices": TIMESTAMP_TYPES}
+    )
+    delete_retention_ms: int = dataclasses.field(default=86_400_000, metadata={"min": 0})
+    min_compaction_lag_ms: int = dataclasses.field(default=0, metadata={"min": 0})
+
+    @classmethod
+    def from_mapping(cls, configs: Mapping[str, object], base: TopicConfig | None = None):
+        """Validate Kafka-named settings (`retention.ms`, ...) over `base` (default: defaults)."""
+        values = {}
+        for kafka_name, raw in configs.items():
+            field = _field_for(kafka_name)
+            values[field.name] = _parse_value(field, kafka_name, raw)
+        return dataclasses.replace(base or cls(), **values)
+
+    def to_mapping(self) -> dict[str, str]:
+        """Kafka-named settings as strings, as Kafka's admin APIs return them."""
+        return {_kafka_name(f): str(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+
+def _kafka_name(field: dataclasses.Field) -> str:
+    return field.name.replace("_", ".")
+
+
+_FIELDS_BY_KAFKA_NAME = {_kafka_name(f): f for f in dataclasses.fields(TopicConfig)}
+
+
+def _field_for(kafka_name: str) -> dataclasses.Field:
+    try:
+        return _FIELDS_BY_KAFKA_NAME[kafka_name]
+    except KeyError:
+        known = ", ".join(sorted(_FIELDS_BY_KAFKA_NAME))
+        raise InvalidConfig(
+            f"Unknown topic config '{kafka_name}'. Supported configs: {known}."
+        ) from None
+
+
+def _parse_value(field: dataclasses.Field, kafka_name: str, raw: object) -> object:
+    if "choices" in field.metadata:
+        value = str(raw).strip()
+        if value.replace(" ", "") not in field.metadata["choices"]:
+            choices = ", ".join(field.metadata["choices"])
+            raise InvalidConfig(f"Invalid value '{raw}' for '{kafka_name}': use one of {choices}.")
+        return value.replace(" ", "")
+    return _parse_int(kafka_name, raw, field.metadata["min"])
+
+
+def _parse_int(kafka_name: str, raw: object, minimum: int) -> int:
+    if isinstance(raw, bool):
+        raw = "not-a-number"
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise InvalidConfig(
+            f"Invalid value '{raw}' for '{kafka_name}': expected an integer >= {minimum}."
+        ) from None
+    if value < minimum or value > 2**63 - 1:
+        raise InvalidConfig(
+            f"Invalid value {value} for '{kafka_name}': it must be >= {minimum} "
+            f"and fit in a 64-bit integer."
+        )
+    return value
