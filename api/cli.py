@@ -1,0 +1,444 @@
+"""`lakelog`: serve the gateway; manage topics, produce and consume like Kafka's console tools.
+
+Client commands talk to a gateway over HTTP (`--bootstrap-server`, default
+$LAKELOG_BOOTSTRAP_SERVER or http://127.0.0.1:8082), as Kafka's tools talk to a broker, so every
+write goes through the partition's single writer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import queue
+import sys
+import threading
+from collections.abc import Iterator
+
+import httpx
+
+from api.app import VERSION
+
+DEFAULT_BOOTSTRAP = "http://127.0.0.1:8082"
+PRODUCE_BATCH_RECORDS_MAX = 1000
+CONSUME_FETCH_BYTES = 4 * 1024 * 1024
+FOLLOW_POLL_TIMEOUT_MS = 1000
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+class CliError(Exception):
+    """A failure to report in one line, without a traceback."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return args.handler(args) or EXIT_OK
+    except CliError as error:
+        print(f"lakelog: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `lakelog consume ... | head`: the reader has gone
+        sys.stderr.close()
+        return EXIT_OK
+
+
+# ---- parser --------------------------------------------------------------------------------
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lakelog", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"lakelog {VERSION}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_serve(commands)
+    _add_topics(commands)
+    _add_produce(commands)
+    _add_consume(commands)
+    return parser
+
+
+def _bootstrap(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-server",
+        default=os.environ.get("LAKELOG_BOOTSTRAP_SERVER", DEFAULT_BOOTSTRAP),
+        help="gateway URL (default: $LAKELOG_BOOTSTRAP_SERVER or %(default)s)",
+    )
+
+
+def _add_serve(commands) -> None:
+    serve = commands.add_parser("serve", help="run the HTTP gateway")
+    serve.add_argument("--data-dir", help="storage root: a directory or s3://, abfss://, ...")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default 8082)")
+    serve.add_argument("--node-id", type=int, help="this node's id (default 0)")
+    serve.add_argument("--advertised-url", help="URL clients use to reach this node")
+    serve.add_argument("--log-level", default="info", help="uvicorn log level")
+    serve.set_defaults(handler=_serve)
+
+
+def _add_topics(commands) -> None:
+    topics = commands.add_parser("topics", help="create, list, describe, alter, delete topics")
+    actions = topics.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = actions.add_parser("create", help="create a topic")
+    create.add_argument("--topic", required=True)
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--replication-factor", type=int, help="accepted and ignored")
+    create.add_argument("--config", action="append", default=[], metavar="NAME=VALUE")
+    create.set_defaults(handler=_topics_create)
+    listing = actions.add_parser("list", help="list topic names")
+    listing.set_defaults(handler=_topics_list)
+    describe = actions.add_parser("describe", help="partitions, offsets and configs")
+    describe.add_argument("--topic", help="one topic (default: all)")
+    describe.set_defaults(handler=_topics_describe)
+    alter = actions.add_parser("alter", help="add partitions or change configs")
+    alter.add_argument("--topic", required=True)
+    alter.add_argument("--partitions", type=int)
+    alter.add_argument("--config", action="append", default=[], metavar="NAME=VALUE")
+    alter.set_defaults(handler=_topics_alter)
+    delete = actions.add_parser("delete", help="delete a topic and its data")
+    delete.add_argument("--topic", required=True)
+    delete.set_defaults(handler=_topics_delete)
+    for action in (create, listing, describe, alter, delete):
+        _bootstrap(action)
+
+
+def _add_produce(commands) -> None:
+    produce = commands.add_parser("produce", help="produce lines from stdin, one record each")
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--partition", type=int, help="write every record to this partition")
+    produce.add_argument(
+        "--key-separator", help="split each line at the first separator into key and value"
+    )
+    _bootstrap(produce)
+    produce.set_defaults(handler=_produce)
+
+
+def _add_consume(commands) -> None:
+    consume = commands.add_parser("consume", help="print records, one line each")
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--from-beginning", action="store_true", help="start at the earliest")
+    consume.add_argument("--partition", type=int, help="read only this partition")
+    consume.add_argument("--offset", help="start offset: a number, 'earliest' or 'latest'")
+    consume.add_argument("--max-records", type=int, help="exit after this many records")
+    consume.add_argument("--follow", action="store_true", help="keep waiting for new records")
+    consume.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="print.key, print.offset, print.partition, print.timestamp (true|false), "
+        "key.separator (default TAB)",
+    )
+    _bootstrap(consume)
+    consume.set_defaults(handler=_consume)
+
+
+# ---- serve ---------------------------------------------------------------------------------
+
+
+def _serve(args) -> int:
+    import uvicorn
+
+    from api.app import create_app
+    from conf.settings import load_settings
+
+    settings = load_settings(
+        data_dir=args.data_dir,
+        host=args.host,
+        port=args.port,
+        node_id=args.node_id,
+        advertised_url=args.advertised_url,
+    )
+    print(
+        f"lakelog {VERSION}: serving {settings.data_dir} on http://{settings.host}:{settings.port}",
+        file=sys.stderr,
+    )
+    uvicorn.run(
+        create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level
+    )
+    return EXIT_OK
+
+
+# ---- HTTP helpers --------------------------------------------------------------------------
+
+
+def _client(args) -> httpx.Client:
+    return httpx.Client(base_url=args.bootstrap_server.rstrip("/"), timeout=60.0)
+
+
+def _call(client: httpx.Client, method: str, path: str, **kwargs) -> httpx.Response:
+    try:
+        response = client.request(method, path, **kwargs)
+    except httpx.TransportError as error:
+        raise CliError(
+            f"cannot reach the gateway at {client.base_url} ({error}); is `lakelog serve` "
+            f"running, or is --bootstrap-server wrong?"
+        ) from None
+    if response.status_code >= 400:
+        raise CliError(_error_text(response))
+    return response
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        return f"{body['message']} (error {body['error_code']})"
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {response.status_code}: {response.text[:200]}"
+
+
+def _configs(pairs: list[str]) -> list[dict]:
+    configs = []
+    for pair in pairs:
+        name, separator, value = pair.partition("=")
+        if not separator:
+            raise CliError(f"--config '{pair}' must look like NAME=VALUE (e.g. retention.ms=60000)")
+        configs.append({"name": name.strip(), "value": value.strip()})
+    return configs
+
+
+def _topics_path(*parts: str) -> str:
+    return "/".join(["/v3/clusters/lakelog/topics", *parts])
+
+
+# ---- topics --------------------------------------------------------------------------------
+
+
+def _topics_create(args) -> int:
+    body = {
+        "topic_name": args.topic,
+        "partitions_count": args.partitions,
+        "configs": _configs(args.config),
+    }
+    with _client(args) as client:
+        _call(client, "POST", _cluster_path(client, "topics"), json=body)
+    print(f"Created topic {args.topic}.")
+    return EXIT_OK
+
+
+def _topics_list(args) -> int:
+    with _client(args) as client:
+        for name in _call(client, "GET", "/topics").json():
+            print(name)
+    return EXIT_OK
+
+
+def _topics_describe(args) -> int:
+    with _client(args) as client:
+        names = [args.topic] if args.topic else _call(client, "GET", "/topics").json()
+        for name in names:
+            _describe_one(client, name)
+    return EXIT_OK
+
+
+def _describe_one(client: httpx.Client, name: str) -> None:
+    topic = _call(client, "GET", f"/topics/{name}").json()
+    configs = ",".join(f"{k}={v}" for k, v in sorted(topic["configs"].items()))
+    print(f"Topic: {name}\tPartitionCount: {len(topic['partitions'])}\tConfigs: {configs}")
+    for partition in topic["partitions"]:
+        number = partition["partition"]
+        offsets = _call(client, "GET", f"/topics/{name}/partitions/{number}/offsets").json()
+        print(
+            f"\tTopic: {name}\tPartition: {number}\tLeader: {partition['leader']}"
+            f"\tLogStartOffset: {offsets['beginning_offset']}"
+            f"\tHighWatermark: {offsets['end_offset']}"
+        )
+
+
+def _topics_alter(args) -> int:
+    if args.partitions is None and not args.config:
+        raise CliError("nothing to alter: give --partitions N and/or --config NAME=VALUE")
+    with _client(args) as client:
+        if args.partitions is not None:
+            body = {"partitions_count": args.partitions}
+            _call(client, "PATCH", _cluster_path(client, "topics", args.topic), json=body)
+        if args.config:
+            path = _cluster_path(client, "topics", args.topic, "configs:alter")
+            _call(client, "POST", path, json={"data": _configs(args.config)})
+    print(f"Altered topic {args.topic}.")
+    return EXIT_OK
+
+
+def _topics_delete(args) -> int:
+    with _client(args) as client:
+        _call(client, "DELETE", _cluster_path(client, "topics", args.topic))
+    print(f"Deleted topic {args.topic}.")
+    return EXIT_OK
+
+
+def _cluster_path(client: httpx.Client, *parts: str) -> str:
+    clusters = _call(client, "GET", "/v3/clusters").json()["data"]
+    return "/".join([f"/v3/clusters/{clusters[0]['cluster_id']}", *parts])
+
+
+# ---- produce -------------------------------------------------------------------------------
+
+
+def _produce(args) -> int:
+    path = f"/topics/{args.topic}"
+    if args.partition is not None:
+        path += f"/partitions/{args.partition}"
+    failures = 0
+    with _client(args) as client:
+        _call(client, "GET", f"/topics/{args.topic}")  # fail fast on an unknown topic
+        for lines in _line_batches(sys.stdin.buffer):
+            records = [_line_record(line, args.key_separator) for line in lines]
+            failures += _send(client, path, records)
+    return EXIT_ERROR if failures else EXIT_OK
+
+
+def _line_batches(stream) -> Iterator[list[bytes]]:
+    """Lines from `stream`, grouped: a batch is whatever has been read when the previous one
+    was sent (so typed lines go out at once and piped input in big batches), at most
+    PRODUCE_BATCH_RECORDS_MAX lines."""
+    lines: queue.Queue = queue.Queue(PRODUCE_BATCH_RECORDS_MAX * 4)
+
+    def read_lines() -> None:
+        for line in iter(stream.readline, b""):
+            lines.put(line.rstrip(b"\r\n"))
+        lines.put(None)
+
+    threading.Thread(target=read_lines, daemon=True).start()
+    while (line := lines.get()) is not None:
+        batch = [line]
+        while len(batch) < PRODUCE_BATCH_RECORDS_MAX:
+            try:
+                line = lines.get_nowait()
+            except queue.Empty:
+                break
+            if line is None:
+                yield batch
+                return
+            batch.append(line)
+        yield batch
+
+
+def _line_record(line: bytes, separator: str | None) -> dict:
+    key = None
+    if separator is not None:
+        key_part, found, value_part = line.partition(separator.encode())
+        if not found:
+            raise CliError(
+                f"line {line[:60]!r} has no key separator {separator!r} (--key-separator)"
+            )
+        key, line = key_part, value_part
+    return {"key": _b64(key), "value": _b64(line)}
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _send(client: httpx.Client, path: str, records: list[dict]) -> int:
+    headers = {"Content-Type": "application/vnd.kafka.binary.v2+json"}
+    response = client.post(path, json={"records": records}, headers=headers)
+    if response.status_code >= 400 and "offsets" not in response.text:
+        raise CliError(_error_text(response))
+    failures = [o for o in response.json()["offsets"] if o["error_code"] is not None]
+    for failure in failures:
+        print(f"lakelog: error: {failure['error']}", file=sys.stderr)
+    return len(failures)
+
+
+# ---- consume -------------------------------------------------------------------------------
+
+
+def _consume(args) -> int:
+    options = _print_options(args.property)
+    with _client(args) as client:
+        positions = _start_positions(client, args)
+        remaining = args.max_records
+        for record in _poll(client, args.topic, positions, follow=args.follow):
+            print(_format_record(record, options), flush=True)
+            if remaining is not None:
+                remaining -= 1
+                if remaining <= 0:
+                    break
+    return EXIT_OK
+
+
+def _print_options(properties: list[str]) -> dict[str, str]:
+    options = {"key.separator": "\t"}
+    for prop in properties:
+        name, separator, value = prop.partition("=")
+        if not separator:
+            raise CliError(f"--property '{prop}' must look like NAME=VALUE (e.g. print.key=true)")
+        options[name.strip()] = value
+    return options
+
+
+def _start_positions(client: httpx.Client, args) -> dict[int, int]:
+    topic = _call(client, "GET", f"/topics/{args.topic}").json()
+    partitions = [p["partition"] for p in topic["partitions"]]
+    if args.partition is not None:
+        if args.partition not in partitions:
+            raise CliError(f"topic {args.topic} has no partition {args.partition}")
+        partitions = [args.partition]
+    elif args.offset is not None:
+        raise CliError("--offset needs --partition (as in Kafka's console consumer)")
+    start = args.offset or ("earliest" if args.from_beginning else "latest")
+    return {p: _resolve_offset(client, args.topic, p, start) for p in partitions}
+
+
+def _resolve_offset(client: httpx.Client, topic: str, partition: int, start: str) -> int:
+    if start not in ("earliest", "latest"):
+        try:
+            return int(start)
+        except ValueError:
+            raise CliError(f"--offset '{start}' must be a number, earliest or latest") from None
+    offsets = _call(client, "GET", f"/topics/{topic}/partitions/{partition}/offsets").json()
+    return offsets["beginning_offset" if start == "earliest" else "end_offset"]
+
+
+def _poll(client: httpx.Client, topic: str, positions: dict[int, int], *, follow: bool):
+    """Records from every partition, round-robin; stops when caught up unless `follow`."""
+    idle_rounds = 0
+    while True:
+        got_any = False
+        for partition, offset in positions.items():
+            timeout_ms = FOLLOW_POLL_TIMEOUT_MS if follow and idle_rounds else 0
+            records = _fetch(client, topic, partition, offset, timeout_ms)
+            if records:
+                got_any = True
+                positions[partition] = records[-1]["offset"] + 1
+                yield from records
+        if not got_any and not follow:
+            return
+        idle_rounds = 0 if got_any else idle_rounds + 1
+
+
+def _fetch(client: httpx.Client, topic: str, partition: int, offset: int, timeout_ms: int):
+    params = {"offset": offset, "max_bytes": CONSUME_FETCH_BYTES, "timeout": timeout_ms}
+    path = f"/topics/{topic}/partitions/{partition}/records"
+    headers = {"Accept": "application/vnd.kafka.binary.v2+json"}
+    return _call(client, "GET", path, params=params, headers=headers).json()
+
+
+def _format_record(record: dict, options: dict[str, str]) -> str:
+    separator = options["key.separator"]
+    fields = []
+    if options.get("print.timestamp") == "true":
+        fields.append(f"{record['timestamp_type']}:{record['timestamp']}")
+    if options.get("print.partition") == "true":
+        fields.append(f"Partition:{record['partition']}")
+    if options.get("print.offset") == "true":
+        fields.append(f"Offset:{record['offset']}")
+    if options.get("print.key") == "true":
+        fields.append(_text(record["key"]))
+    fields.append(_text(record["value"]))
+    return separator.join(fields)
+
+
+def _text(data: str | None) -> str:
+    if data is None:
+        return "null"
+    return base64.b64decode(data).decode("utf-8", errors="replace")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

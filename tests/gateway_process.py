@@ -1,0 +1,86 @@
+"""Starts real gateway processes (`lakelog serve`) on loopback for end-to-end tests and benches."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+STARTUP_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class GatewayProcess:
+    """A `lakelog serve` child process and where to reach it."""
+
+    process: subprocess.Popen
+    url: str
+    data_dir: Path
+    log_path: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_gateway(data_dir: Path, *, env: dict[str, str] | None = None) -> GatewayProcess:
+    """Run `python -m api.cli serve` with `env` overrides (LAKELOG_*); wait until it answers."""
+    port = free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = data_dir.parent / f"gateway-{port}.log"
+    command = [
+        sys.executable,
+        "-m",
+        "api.cli",
+        "serve",
+        "--data-dir",
+        str(data_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    process = subprocess.Popen(
+        command,
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
+    gateway = GatewayProcess(process, f"http://127.0.0.1:{port}", data_dir, log_path)
+    _wait_ready(gateway)
+    return gateway
+
+
+def _wait_ready(gateway: GatewayProcess) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if gateway.process.poll() is not None:
+            raise RuntimeError(f"gateway exited early:\n{gateway.log_text()}")
+        try:
+            if httpx.get(gateway.url + "/", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    gateway.stop()
+    raise RuntimeError(f"gateway did not answer within {STARTUP_TIMEOUT_S}s:\n{gateway.log_text()}")
