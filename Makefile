@@ -1,0 +1,43 @@
+# lakelog: `make run` and `make test` set everything up on a fresh machine (Python 3.11 + Java 17).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DATA_DIR ?= ./data
+HOST ?= 127.0.0.1
+PORT ?= 8082
+
+.PHONY: install run test test-fast lint format bench clean
+
+install: $(STAMP)
+
+# The venv is rebuilt when the pinned dependencies change. The last step starts Spark once so
+# its package resolution puts the Delta jars in the Ivy cache: tests never download them.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pipeline.spark
+	touch $(STAMP)
+
+run: install
+	$(BIN)/lakelog serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT)
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/pytest
+
+test-fast: install
+	$(BIN)/pytest -m "not spark"
+
+lint: install
+	$(BIN)/ruff check .
+
+format: install
+	$(BIN)/ruff format .
+
+bench: install
+	$(BIN)/python bench/produce_fetch.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

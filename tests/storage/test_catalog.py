@@ -1,0 +1,64 @@
+"""The topic catalog (`_meta/topics`) on a real Delta table: lifecycle and races."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage_layout import paths
+from storage_layout.catalog import TopicCatalog
+from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.errors import InvalidPartitions, InvalidTopic, TopicExists, TopicNotFound
+from storage_layout.records import NewRecord
+from storage_layout.topic_config import TopicConfig
+
+
+def test_create_list_alter_delete(tmp_path):
+    """A topic goes through create, config change, partition growth and deletion."""
+    catalog = TopicCatalog(str(tmp_path))
+    config = TopicConfig.from_mapping({"retention.ms": "1000"})
+    created = catalog.create_topic("orders", 2, config)
+    assert catalog.topic("orders") == created
+    altered = catalog.alter_topic(
+        "orders", partitions=3, config=TopicConfig.from_mapping({"cleanup.policy": "compact"})
+    )
+    assert (altered.partitions, altered.config.cleanup_policy, altered.version) == (3, "compact", 2)
+    assert DeltaPartitionLog.open(paths.partition_table_uri(str(tmp_path), "orders", 2))
+    with pytest.raises(InvalidPartitions, match="only grow"):
+        catalog.alter_topic("orders", partitions=1)
+    catalog.delete_topic("orders")
+    assert catalog.topics() == {}
+    with pytest.raises(TopicNotFound):
+        catalog.topic("orders")
+    assert not (tmp_path / "topics" / "orders").exists()
+
+
+def test_recreated_topic_starts_empty(tmp_path):
+    """A topic created again after deletion starts at offset 0 (no leftover data)."""
+    catalog = TopicCatalog(str(tmp_path))
+    catalog.create_topic("t", 1, TopicConfig())
+    uri = paths.partition_table_uri(str(tmp_path), "t", 0)
+    DeltaPartitionLog.open(uri).append([NewRecord(None, b"x")], config=TopicConfig())
+    catalog.delete_topic("t")
+    catalog.create_topic("t", 1, TopicConfig())
+    assert DeltaPartitionLog.open(uri).bounds().high_watermark == 0
+
+
+def test_two_catalogs_racing_to_create_one_topic(tmp_path):
+    """Two nodes creating the same topic from the same snapshot: exactly one wins."""
+    first, second = TopicCatalog(str(tmp_path)), TopicCatalog(str(tmp_path))
+    first.topics(), second.topics()
+    first.create_topic("race", 1, TopicConfig())
+    with pytest.raises(TopicExists):
+        second.create_topic("race", 4, TopicConfig())
+    assert TopicCatalog(str(tmp_path)).topic("race").partitions == 1
+
+
+def test_bad_names_and_counts_are_rejected(tmp_path):
+    """Kafka's naming rules and a sane partition count are checked before anything is written."""
+    catalog = TopicCatalog(str(tmp_path))
+    for name in ("", ".", "..", "a/b", "a b", "x" * 250, "ü"):
+        with pytest.raises(InvalidTopic):
+            catalog.create_topic(name, 1, TopicConfig())
+    with pytest.raises(InvalidPartitions):
+        catalog.create_topic("zero", 0, TopicConfig())
+    assert catalog.topics() == {}

@@ -1,0 +1,229 @@
+"""DeltaPartitionLog on real Delta tables in a temp dir: offsets, the CAS fence, segments, reads."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.errors import (
+    AppendConflict,
+    CorruptPartition,
+    OffsetOutOfRange,
+    UnsupportedTableFeatures,
+)
+from storage_layout.records import NewRecord
+from storage_layout.schema import PARTITION_SCHEMA
+from storage_layout.topic_config import TopicConfig
+
+CONFIG = TopicConfig()
+
+
+def records(count: int, prefix: str = "v") -> list[NewRecord]:
+    return [NewRecord(f"k{i}".encode(), f"{prefix}{i}".encode()) for i in range(count)]
+
+
+def all_offsets(uri: str) -> list[int]:
+    return sorted(DeltaTable(uri).to_pyarrow_table(columns=["offset"]).column("offset").to_pylist())
+
+
+@pytest.fixture
+def table_uri(tmp_path) -> str:
+    uri = str(tmp_path / "topic" / "0")
+    DeltaPartitionLog.create(uri)
+    return uri
+
+
+def test_offsets_are_dense_from_zero_and_read_back(table_uri):
+    """Appends get offsets 0.. with no gap; reads return the exact records in order."""
+    log = DeltaPartitionLog.open(table_uri)
+    first = log.append(records(3), config=CONFIG)
+    second = log.append(records(2, "w"), config=CONFIG)
+    assert (first.base_offset, first.last_offset) == (0, 2)
+    assert (second.base_offset, second.last_offset) == (3, 4)
+    fetched = DeltaPartitionLog.open(table_uri).read(from_offset=0, records_max=10, bytes_max=10**6)
+    assert fetched.records.column("offset").to_pylist() == [0, 1, 2, 3, 4]
+    assert fetched.records.column("value").to_pylist() == [b"v0", b"v1", b"v2", b"w0", b"w1"]
+    assert all_offsets(table_uri) == [0, 1, 2, 3, 4]
+
+
+def test_high_watermark_comes_from_the_txn_version(table_uri):
+    """The high watermark is txn('log') + 1 after a reopen (no scan of the data)."""
+    DeltaPartitionLog.open(table_uri).append(records(7), config=CONFIG)
+    assert DeltaTable(table_uri).transaction_version("log") == 6
+    assert DeltaPartitionLog.open(table_uri).bounds().high_watermark == 7
+
+
+def test_two_writers_on_one_stale_snapshot_only_one_commits(table_uri):
+    """Invariant 3: a second writer on the same snapshot is rejected; no offset assigned twice."""
+    writer_a = DeltaPartitionLog.open(table_uri)
+    writer_b = DeltaPartitionLog.open(table_uri)
+    writer_a.append(records(5, "a"), config=CONFIG)
+    with pytest.raises(AppendConflict):
+        writer_b.append(records(5, "b"), config=CONFIG)
+    assert all_offsets(table_uri) == [0, 1, 2, 3, 4]
+    values = DeltaTable(table_uri).to_pyarrow_table(columns=["value"]).column("value").to_pylist()
+    assert set(values) == {b"a0", b"a1", b"a2", b"a3", b"a4"}
+    # The loser reloaded on the conflict, so its next append continues the log densely.
+    assert writer_b.append(records(1, "b"), config=CONFIG).base_offset == 5
+
+
+def test_control_plain_append_without_txn_is_not_fenced(table_uri):
+    """Control for the fence: a stale writer without the txn action is silently rebased, which
+    is why every offset-assigning writer must carry the CAS (it would duplicate offsets)."""
+    stale = DeltaTable(table_uri)
+    DeltaPartitionLog.open(table_uri).append(records(2), config=CONFIG)
+    duplicate = pa.table(
+        {
+            "offset": pa.array([0, 1], pa.int64()),
+            "timestamp": pa.array([0, 0], PARTITION_SCHEMA.field("timestamp").type),
+            "timestamp_type": pa.array([0, 0], pa.int8()),
+            "key": pa.array([None, None], pa.binary()),
+            "value": pa.array([b"x", b"y"], pa.binary()),
+            "headers": pa.nulls(2, PARTITION_SCHEMA.field("headers").type),
+            "producer_id": pa.nulls(2, pa.int64()),
+            "producer_epoch": pa.nulls(2, pa.int16()),
+            "sequence": pa.nulls(2, pa.int32()),
+            "segment": pa.array([0, 0], pa.int64()),
+        },
+        schema=PARTITION_SCHEMA,
+    )
+    write_deltalake(stale, duplicate, mode="append", partition_by=["segment"])
+    assert Counter(all_offsets(table_uri)) == Counter({0: 2, 1: 2})
+
+
+def _append_with_retries(uri: str, rounds: int, tag: str) -> None:
+    log = DeltaPartitionLog.open(uri)
+    done = 0
+    while done < rounds:
+        try:
+            log.append(records(3, tag), config=CONFIG)
+            done += 1
+        except AppendConflict:
+            continue  # reloaded: assign offsets again from the new snapshot
+
+
+def test_competing_processes_never_assign_an_offset_twice(table_uri):
+    """Two OS processes appending to one table: offsets stay dense and unique."""
+    context = multiprocessing.get_context("spawn")
+    workers = [
+        context.Process(target=_append_with_retries, args=(table_uri, 15, tag)) for tag in "ab"
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+        assert worker.exitcode == 0
+    assert all_offsets(table_uri) == list(range(90))
+
+
+def test_segments_roll_by_bytes_with_base_offset_values(table_uri):
+    """segment.bytes: once the active segment is full, the next append opens a segment whose
+    value is that append's first offset."""
+    config = TopicConfig.from_mapping({"segment.bytes": "100"})
+    log = DeltaPartitionLog.open(table_uri)
+    segments = [log.append(records(4), config=config).segment for _ in range(3)]
+    assert segments == [0, 4, 8]
+
+
+def test_segments_roll_by_age(table_uri):
+    """segment.ms: an append after the active segment's age limit opens a new segment."""
+    config = TopicConfig.from_mapping({"segment.ms": "1000"})
+    log = DeltaPartitionLog.open(table_uri)
+    assert log.append(records(2), config=config, now_ms=10_000).segment == 0
+    assert log.append(records(2), config=config, now_ms=10_500).segment == 0
+    assert log.append(records(2), config=config, now_ms=11_000).segment == 4
+    assert DeltaPartitionLog.open(table_uri).snapshot.active_segment == 4
+
+
+def test_log_start_offset_follows_deleted_segments(table_uri):
+    """log_start_offset comes from file stats: deleting a closed segment advances it, and a
+    read below it is out of range with both bounds in the error."""
+    config = TopicConfig.from_mapping({"segment.bytes": "100"})
+    log = DeltaPartitionLog.open(table_uri)
+    for _ in range(3):
+        log.append(records(4), config=config)
+    DeltaTable(table_uri).delete("segment = 0")
+    reopened = DeltaPartitionLog.open(table_uri)
+    assert (reopened.bounds().log_start_offset, reopened.bounds().high_watermark) == (4, 12)
+    with pytest.raises(OffsetOutOfRange, match="4 .* 12"):
+        reopened.read(from_offset=3, records_max=10, bytes_max=10**6)
+    with pytest.raises(OffsetOutOfRange):
+        reopened.read(from_offset=13, records_max=10, bytes_max=10**6)
+
+
+def test_reads_from_files_and_tail_agree(table_uri):
+    """The in-memory tail and Parquet files return the same records for the same offsets."""
+    writer = DeltaPartitionLog.open(table_uri)
+    for batch in range(5):
+        writer.append(records(10, f"b{batch}-"), config=CONFIG)
+    cold = DeltaPartitionLog.open(table_uri)  # no tail: reads Parquet
+    for start in (0, 9, 10, 25, 49):
+        hot = writer.read(from_offset=start, records_max=20, bytes_max=10**6).records
+        from_files = cold.read(from_offset=start, records_max=20, bytes_max=10**6).records
+        assert hot.equals(from_files), start
+
+
+def test_bytes_max_limits_but_returns_at_least_one_record(table_uri):
+    """bytes_max bounds a read, yet one record is returned even if it alone is larger."""
+    log = DeltaPartitionLog.open(table_uri)
+    log.append([NewRecord(None, b"x" * 1000) for _ in range(5)], config=CONFIG)
+    assert log.read(from_offset=0, records_max=10, bytes_max=10).records.num_rows == 1
+    assert log.read(from_offset=0, records_max=10, bytes_max=2500).records.num_rows == 2
+    assert log.read(from_offset=0, records_max=3, bytes_max=10**6).records.num_rows == 3
+    assert log.read(from_offset=5, records_max=10, bytes_max=10**6).records.num_rows == 0
+
+
+def test_headers_timestamps_and_log_append_time(table_uri):
+    """Headers (null when absent), CreateTime from the producer, LogAppendTime by config."""
+    log = DeltaPartitionLog.open(table_uri)
+    log.append(
+        [
+            NewRecord(b"k", b"v", 1_700_000_000_123, (("h", b"1"), ("n", None))),
+            NewRecord(None, None),
+        ],
+        config=CONFIG,
+        now_ms=1_800_000_000_000,
+    )
+    append_time = TopicConfig.from_mapping({"message.timestamp.type": "LogAppendTime"})
+    log.append([NewRecord(None, b"z", 5)], config=append_time, now_ms=1_800_000_000_999)
+    rows = DeltaPartitionLog.open(table_uri).read(from_offset=0, records_max=9, bytes_max=10**6)
+    rows = rows.records.to_pylist()
+    assert rows[0]["headers"] == [{"key": "h", "value": b"1"}, {"key": "n", "value": None}]
+    assert rows[1]["headers"] is None and rows[1]["value"] is None
+    assert int(rows[0]["timestamp"].timestamp() * 1000) == 1_700_000_000_123
+    assert (rows[0]["timestamp_type"], rows[2]["timestamp_type"]) == (0, 1)
+    assert int(rows[2]["timestamp"].timestamp() * 1000) == 1_800_000_000_999
+
+
+def test_tables_with_unsupported_features_are_refused(tmp_path):
+    """The protocol allow-list: a table with deletion vectors fails loudly on load."""
+    uri = str(tmp_path / "dv")
+    DeltaTable.create(
+        uri,
+        PARTITION_SCHEMA,
+        partition_by=["segment"],
+        configuration={"delta.enableDeletionVectors": "true"},
+    )
+    with pytest.raises(UnsupportedTableFeatures, match="deletionVectors"):
+        DeltaPartitionLog.open(uri)
+
+
+def test_offsets_beyond_the_txn_are_corruption(table_uri):
+    """A file holding offsets the txn never assigned (a writer without the CAS) is refused."""
+    DeltaPartitionLog.open(table_uri).append(records(1), config=CONFIG)
+    rogue = DeltaTable(table_uri).to_pyarrow_table()
+    rogue = rogue.set_column(0, "offset", pa.array([9], pa.int64()))
+    write_deltalake(table_uri, rogue, mode="append", partition_by=["segment"])
+    with pytest.raises(CorruptPartition, match="high watermark"):
+        DeltaPartitionLog.open(table_uri)
+
+
+def test_missing_table_is_reported(tmp_path):
+    """Opening a partition whose table does not exist is a clear CorruptPartition."""
+    with pytest.raises(CorruptPartition, match="No Delta table"):
+        DeltaPartitionLog.open(str(tmp_path / "nothing"))
