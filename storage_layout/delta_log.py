@@ -214,14 +214,16 @@ class DeltaPartitionLog:
 
     def _read_file(self, data_file: DataFile, from_offset: int) -> pa.Table:
         path = paths.join(self._fs_base, data_file.path) if self._fs_base else data_file.path
+        # Row-group statistics skip the part of a large (optimized) file before `from_offset`.
+        filters = [("offset", ">=", from_offset)] if data_file.min_offset < from_offset else None
         try:
-            table = pq.read_table(path, filesystem=self._fs, columns=list(RECORD_COLUMNS))
+            table = pq.read_table(
+                path, filesystem=self._fs, columns=list(RECORD_COLUMNS), filters=filters
+            )
         except OSError as error:
             raise StorageUnavailable(
                 f"Cannot read {self.table_uri}/{data_file.path}: {error}"
             ) from error
-        if data_file.min_offset < from_offset:
-            table = table.filter(pc.field("offset") >= from_offset)
         return table.cast(_RECORDS_SCHEMA)
 
     # ---- append ----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from api.broker.broker import RecordAck
+from api.broker.broker import ProduceRecord, RecordAck
 from api.deps import BrokerDep
 from api.errors import JSON_TYPE, status_for
 from api.wire import parse_v2_produce, produce_format
@@ -63,7 +63,9 @@ async def produce_partition(topic: str, partition: int, request: Request, broker
 
 async def _produce(topic: str, partition: int | None, request: Request, broker: BrokerDep):
     embedded = produce_format(request.headers.get("content-type"))
-    await broker.topic(topic)  # unknown topic is 404 before the body is parsed
+    info = await broker.topic(topic)  # unknown topic is 404 before the body is parsed
+    if partition is not None:
+        info.check_partition(partition)
     records = parse_v2_produce(
         await request.body(),
         embedded,
@@ -71,8 +73,7 @@ async def _produce(topic: str, partition: int | None, request: Request, broker: 
         records_max=broker.settings.records_per_request_max,
     )
     if partition is not None:
-        (await broker.topic(topic)).check_partition(partition)
-        records = [r.__class__(partition, r.record) for r in records]
+        records = [ProduceRecord(partition, r.record) for r in records]
     results = await broker.produce(topic, records)
     return Response(orjson.dumps(_response(results)), _status(results), media_type=JSON_TYPE)
 
