@@ -10,9 +10,8 @@ from api.broker.broker import Broker
 from api.errors import install_error_handlers
 from api.limits import BodyLimitMiddleware
 from api.routes import records, v2_produce, v2_topics, v3_records, v3_topics
+from api.version import VERSION
 from conf.settings import Settings, load_settings
-
-VERSION = "0.1.0"
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

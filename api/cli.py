@@ -10,17 +10,17 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-import queue
+import select
 import sys
-import threading
 from collections.abc import Iterator
 
 import httpx
 
-from api.app import VERSION
+from api.version import VERSION
 
 DEFAULT_BOOTSTRAP = "http://127.0.0.1:8082"
 PRODUCE_BATCH_RECORDS_MAX = 1000
+READ_CHUNK_BYTES = 1 << 16
 CONSUME_FETCH_BYTES = 4 * 1024 * 1024
 FOLLOW_POLL_TIMEOUT_MS = 1000
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -286,35 +286,30 @@ def _produce(args) -> int:
     failures = 0
     with _client(args) as client:
         _call(client, "GET", f"/topics/{args.topic}")  # fail fast on an unknown topic
-        for lines in _line_batches(sys.stdin.buffer):
+        for lines in _line_batches(sys.stdin.fileno()):
             records = [_line_record(line, args.key_separator) for line in lines]
             failures += _send(client, path, records)
     return EXIT_ERROR if failures else EXIT_OK
 
 
-def _line_batches(stream) -> Iterator[list[bytes]]:
-    """Lines from `stream`, grouped: a batch is whatever has been read when the previous one
-    was sent (so typed lines go out at once and piped input in big batches), at most
-    PRODUCE_BATCH_RECORDS_MAX lines."""
-    lines: queue.Queue = queue.Queue(PRODUCE_BATCH_RECORDS_MAX * 4)
-
-    def read_lines() -> None:
-        for line in iter(stream.readline, b""):
-            lines.put(line.rstrip(b"\r\n"))
-        lines.put(None)
-
-    threading.Thread(target=read_lines, daemon=True).start()
-    while (line := lines.get()) is not None:
-        batch = [line]
-        while len(batch) < PRODUCE_BATCH_RECORDS_MAX:
-            try:
-                line = lines.get_nowait()
-            except queue.Empty:
-                break
-            if line is None:
-                yield batch
-                return
-            batch.append(line)
+def _line_batches(fd: int) -> Iterator[list[bytes]]:
+    """Lines read from `fd`, grouped: a batch is whatever input is ready when it is sent (so
+    typed lines go out at once and piped input in big batches), at most
+    PRODUCE_BATCH_RECORDS_MAX lines. Reads the descriptor directly: no reader thread is left
+    blocked on stdin when an error ends the command."""
+    pending, batch = b"", []
+    while data := os.read(fd, READ_CHUNK_BYTES):
+        *lines, pending = (pending + data).split(b"\n")
+        batch.extend(line.rstrip(b"\r") for line in lines)
+        while len(batch) >= PRODUCE_BATCH_RECORDS_MAX:
+            yield batch[:PRODUCE_BATCH_RECORDS_MAX]
+            batch = batch[PRODUCE_BATCH_RECORDS_MAX:]
+        if batch and not select.select([fd], [], [], 0)[0]:
+            yield batch
+            batch = []
+    if pending:
+        batch.append(pending.rstrip(b"\r"))
+    if batch:
         yield batch
 
 

@@ -26,11 +26,13 @@ class JsonValueSplitter:
         self.value_bytes_max = value_bytes_max
 
     async def split(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[object]:
-        scanner = _Scanner()
+        scanner = _Scanner(self.value_bytes_max)
         async for chunk in chunks:
             scanner.feed(chunk)
             for value in scanner.values():
                 yield value
+                if isinstance(value, ApiError) and value.status == 413:
+                    return
             if scanner.pending_bytes() > self.value_bytes_max:
                 yield ApiError(
                     413,
@@ -43,7 +45,8 @@ class JsonValueSplitter:
 
 
 class _Scanner:
-    def __init__(self) -> None:
+    def __init__(self, value_bytes_max: int) -> None:
+        self.value_bytes_max = value_bytes_max
         self.buffer = bytearray()
         self.start = 0  # where the current value starts
         self.position = 0  # how far scanning has got
@@ -67,6 +70,13 @@ class _Scanner:
                 return
             raw = bytes(self.buffer[self.start : end])
             self.start = self.position = end
+            if len(raw) > self.value_bytes_max:
+                yield ApiError(
+                    413, 413, f"A record is {len(raw)} bytes, more than the limit of "
+                    f"{self.value_bytes_max} (LAKELOG_STREAM_RECORD_BYTES_MAX); the stream was "
+                    f"closed."
+                )
+                return
             yield _parse(raw)
 
     def _find_end(self) -> int | None:
@@ -106,9 +116,20 @@ class _Scanner:
         return None
 
     def _scalar_end(self) -> int | None:
+        """End of a top-level scalar: a whole string, or a number/literal up to a delimiter."""
+        if self.buffer[self.start] == ord('"'):
+            return self._string_end(self.start + 1)
         for index in range(self.start, len(self.buffer)):
             if self.buffer[index] in _WHITESPACE or self.buffer[index] in b"{[":
                 return index
+        return None
+
+
+    def _string_end(self, index: int) -> int | None:
+        while (match := _IN_STRING.search(self.buffer, index)) is not None:
+            if self.buffer[match.start()] == ord('"'):
+                return match.start() + 1
+            index = match.start() + 2  # skip the escaped character
         return None
 
 

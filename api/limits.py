@@ -2,7 +2,8 @@
 
 Starlette has no default body limit (a huge JSON body is an out-of-memory), so this ASGI
 middleware answers 413 from the Content-Length header alone, and counts the bytes of chunked
-bodies as they arrive. The v3 streaming records route is exempt: it is bounded per record.
+bodies as they arrive. A chunked body to the v3 records route is a stream of records and is
+bounded per record instead (api/json_stream.py).
 """
 
 from __future__ import annotations
@@ -24,35 +25,45 @@ class BodyLimitMiddleware:
         self.bytes_max = bytes_max
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or _STREAMING_ROUTE.match(scope["path"]):
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = _content_length(scope)
         if declared is not None and declared > self.bytes_max:
-            return await self._reject(send, declared)
-        received = 0
-        started = False
+            return await self._reject(send)
+        if declared is None and _STREAMING_ROUTE.match(scope["path"]):
+            return await self.app(scope, receive, send)
+        await self._call_counting(scope, receive, send)
+
+    async def _call_counting(self, scope, receive, send) -> None:
+        """Count body bytes as they arrive. Once over the limit, whatever the app answers (a
+        route that parses a body turns the read error into a 400) is replaced by the 413."""
+        received, exceeded, started = 0, False, False
 
         async def limited_receive():
-            nonlocal received
+            nonlocal received, exceeded
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.bytes_max:
+                    exceeded = True
                     raise BodyTooLarge
             return message
 
-        async def tracking_send(message):
+        async def guarded_send(message):
             nonlocal started
+            if exceeded:
+                return
             started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
-            await self.app(scope, limited_receive, tracking_send)
+            await self.app(scope, limited_receive, guarded_send)
         except BodyTooLarge:
-            if not started:
-                await self._reject(send, received)
+            pass
+        if exceeded and not started:
+            await self._reject(send)
 
-    async def _reject(self, send, size: int | None) -> None:
+    async def _reject(self, send) -> None:
         body = orjson.dumps(
             {
                 "error_code": 413,

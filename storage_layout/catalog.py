@@ -35,6 +35,7 @@ from storage_layout.topic_config import TopicConfig, validate_topic_name
 
 TOPICS_TABLE = "topics"
 PARTITIONS_MAX = 10_000
+CATALOG_FILES_MAX = 32
 STATE_ACTIVE = "active"
 STATE_DELETED = "deleted"
 
@@ -75,6 +76,8 @@ class TopicCatalog:
         self._uri = paths.meta_table_uri(self.root, TOPICS_TABLE)
         self._lock = threading.Lock()
         self._dt = self._open_or_create()
+        self._cached_version = -1
+        self._cached: dict[str, TopicInfo] = {}
 
     def _open_or_create(self) -> DeltaTable:
         try:
@@ -100,17 +103,27 @@ class TopicCatalog:
         return topic
 
     def _latest(self) -> dict[str, TopicInfo]:
+        """The latest row per topic; re-read only when the catalog has a new version."""
         try:
             self._dt.update_incremental()
+            if self._dt.version() == self._cached_version:
+                return self._cached
+            version = self._dt.version()
             rows = self._dt.to_pyarrow_table().to_pylist()
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot read the topic catalog: {error}") from error
-        latest: dict[str, TopicInfo] = {}
-        for row in rows:
-            current = latest.get(row["name"])
-            if current is None or row["version"] > current.version:
-                latest[row["name"]] = _row_to_topic(row)
-        return latest
+        self._cached, self._cached_version = _latest_rows(rows), version
+        return self._cached
+
+    def _maybe_compact(self) -> None:
+        """Keep the catalog a few files: one file per change would make every read slower.
+        Compaction does not change data (dataChange=false), so it never conflicts with a
+        concurrent catalog change."""
+        try:
+            if pa.table(self._dt.get_add_actions()).num_rows > CATALOG_FILES_MAX:
+                self._dt.optimize.compact()
+        except (OSError, DeltaError):
+            pass  # an optimization only: the next change tries again
 
     # ---- changes ---------------------------------------------------------------------------
 
@@ -145,10 +158,10 @@ class TopicCatalog:
                 raise TopicNotFound(name)
             new_count = current.partitions if partitions is None else partitions
             check_partition_count(new_count)
-            if new_count < current.partitions:
+            if new_count < current.partitions or (partitions == current.partitions and not config):
                 raise InvalidPartitions(
-                    f"Topic '{name}' has {current.partitions} partitions; the count can only "
-                    f"grow (requested {new_count})."
+                    f"Topic '{name}' already has {current.partitions} partitions; the count can "
+                    f"only grow (requested {new_count})."
                 )
             self._create_tables(name, range(current.partitions, new_count))
             topic = TopicInfo(
@@ -191,6 +204,7 @@ class TopicCatalog:
             raise on_conflict from error
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot write the topic catalog: {error}") from error
+        self._maybe_compact()
 
 
 def check_partition_count(partitions: int) -> None:
@@ -218,3 +232,12 @@ def _row_to_topic(row: dict) -> TopicInfo:
     return TopicInfo(
         row["name"], row["topic_id"], row["version"], row["partitions"], config, row["state"]
     )
+
+
+def _latest_rows(rows: list[dict]) -> dict[str, TopicInfo]:
+    latest: dict[str, TopicInfo] = {}
+    for row in rows:
+        current = latest.get(row["name"])
+        if current is None or row["version"] > current.version:
+            latest[row["name"]] = _row_to_topic(row)
+    return latest

@@ -19,7 +19,7 @@ from conf.settings import Settings
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog, TopicInfo, check_partition_count
 from storage_layout.delta_log import DeltaPartitionLog
-from storage_layout.errors import TopicNotFound
+from storage_layout.errors import TopicExists, TopicNotFound
 from storage_layout.records import FetchResult, NewRecord, PartitionBounds
 from storage_layout.topic_config import TopicConfig, validate_topic_name
 
@@ -111,11 +111,14 @@ class Broker:
         await self._refresh_topics()
         return topic
 
-    def validate_new_topic(
+    async def validate_new_topic(
         self, name: str, partitions: int, configs: Mapping[str, object]
     ) -> TopicInfo:
         """What create_topic would create, without creating it (v3 `validate_only`)."""
         validate_topic_name(name)
+        await self._refresh_topics()
+        if name in self._topics:
+            raise TopicExists(name)
         check_partition_count(partitions)
         return TopicInfo(name, "", 0, partitions, TopicConfig.from_mapping(configs))
 

@@ -75,15 +75,21 @@ async def _produce(topic: str, partition: int | None, request: Request, broker: 
     if partition is not None:
         records = [ProduceRecord(partition, r.record) for r in records]
     results = await broker.produce(topic, records)
-    return Response(orjson.dumps(_response(results)), _status(results), media_type=JSON_TYPE)
+    status = _status(results)
+    return Response(orjson.dumps(_response(results, status)), status, media_type=JSON_TYPE)
 
 
-def _response(results) -> dict:
-    return {
+def _response(results, status: int) -> dict:
+    body = {
         "key_schema_id": None,
         "value_schema_id": None,
         "offsets": [_offset_entry(result) for result in results],
     }
+    if status != 200:
+        # Every record failed: also Confluent's error body, so generic clients see the cause.
+        first = body["offsets"][0]
+        body = {"error_code": first["error_code"], "message": first["error"], **body}
+    return body
 
 
 def _offset_entry(result: RecordAck | Exception) -> dict:
@@ -94,8 +100,11 @@ def _offset_entry(result: RecordAck | Exception) -> dict:
             "error_code": None,
             "error": None,
         }
-    # Per-record codes as Confluent reports them: 50003 retriable, 50002 any other failure.
-    code = 50003 if getattr(result, "retriable", False) else 50002
+    # Per-record codes as Confluent reports them: unknown topic/partition as in the v2 API,
+    # 50003 retriable, 50002 any other failure.
+    code = status_for(result)[1]
+    if code not in (40401, 40402):
+        code = 50003 if getattr(result, "retriable", False) else 50002
     return {"partition": None, "offset": None, "error_code": code, "error": str(result)}
 
 

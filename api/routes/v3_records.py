@@ -71,11 +71,7 @@ async def produce_records(
 
 
 async def _read_whole(request: Request, splitter: JsonValueSplitter, broker: Broker) -> list:
-    body = await request.body()
-    if len(body) > broker.settings.request_bytes_max:
-        raise ApiError(
-            413, 413, f"The request body is larger than {broker.settings.request_bytes_max} bytes."
-        )
+    body = await request.body()  # bounded: BodyLimitMiddleware checked the Content-Length
     documents = [document async for document in splitter.split(_aiter([body]))]
     if not documents:
         raise ApiError(422, 42206, "The request body is empty: send one or more JSON records.")

@@ -157,7 +157,7 @@ async def create_topic(
     check_cluster(cluster_id, broker.settings)
     configs = {entry.name: entry.value for entry in body.configs}
     if body.validate_only:
-        topic = broker.validate_new_topic(body.topic_name, body.partitions_count, configs)
+        topic = await broker.validate_new_topic(body.topic_name, body.partitions_count, configs)
     else:
         topic = await broker.create_topic(
             body.topic_name, partitions=body.partitions_count, configs=configs
@@ -231,8 +231,9 @@ async def alter_configs(
 ) -> Response:
     check_cluster(cluster_id, broker.settings)
     configs = {entry.name: entry.value for entry in body.data}
-    if not body.validate_only:
-        await broker.alter_topic(topic, configs=configs)
-    else:
+    await broker.topic(topic)
+    if body.validate_only:
         broker.validate_configs(configs)
+    else:
+        await broker.alter_topic(topic, configs=configs)
     return Response(status_code=204)
