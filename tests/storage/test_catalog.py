@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from storage_layout import paths
-from storage_layout.catalog import TopicCatalog
+from storage_layout.catalog import CATALOG_FILES_MAX, TopicCatalog
 from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import InvalidPartitions, InvalidTopic, TopicExists, TopicNotFound
 from storage_layout.records import NewRecord
@@ -62,3 +64,13 @@ def test_bad_names_and_counts_are_rejected(tmp_path):
     with pytest.raises(InvalidPartitions):
         catalog.create_topic("zero", 0, TopicConfig())
     assert catalog.topics() == {}
+
+
+def test_catalog_stays_a_few_files(tmp_path):
+    """Every change adds a file; compaction keeps the catalog small without losing a topic."""
+    catalog = TopicCatalog(str(tmp_path))
+    for index in range(40):
+        catalog.create_topic(f"t{index}", 1, TopicConfig())
+    files = pa.table(DeltaTable(paths.meta_table_uri(str(tmp_path), "topics")).get_add_actions())
+    assert files.num_rows <= CATALOG_FILES_MAX + 1
+    assert sorted(TopicCatalog(str(tmp_path)).topics()) == sorted(f"t{i}" for i in range(40))
