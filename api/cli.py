@@ -78,6 +78,9 @@ def _add_serve(commands) -> None:
     serve.add_argument("--node-id", type=int, help="this node's id (default 0)")
     serve.add_argument("--advertised-url", help="URL clients use to reach this node")
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
+    serve.add_argument(
+        "--access-log", action="store_true", help="log every request (off: it costs throughput)"
+    )
     serve.set_defaults(handler=_serve)
 
 
@@ -159,7 +162,11 @@ def _serve(args) -> int:
         file=sys.stderr,
     )
     uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=args.log_level,
+        access_log=args.access_log,
     )
     return EXIT_OK
 

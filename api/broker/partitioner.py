@@ -73,6 +73,8 @@ def choose_partition(
     """Explicit partition if given, else murmur2 of a non-null key, else round-robin."""
     if explicit is not None:
         return explicit
+    if partitions == 1:
+        return 0  # no choice to make: skip hashing (it is most of routing's cost)
     if key is not None:
         return partition_for_key(key, partitions)
     return round_robin.next_partition(partitions)
