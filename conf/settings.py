@@ -43,6 +43,15 @@ class Settings(BaseSettings):
     fetch_records_max: int = Field(default=10_000, gt=0)
     tail_records_max: int = Field(default=20_000, ge=0)
 
+    # Several nodes on one root: a node that has not renewed its liveness record for
+    # `lease_ms` is dead and its partitions move; it renews every `heartbeat_ms`.
+    lease_ms: int = Field(default=6_000, ge=100)
+    heartbeat_ms: int = Field(default=1_000, ge=20)
+    forward_timeout_ms: int = Field(default=30_000, gt=0)
+    # TEST ONLY: appends without the offset/leader compare-and-set and without lease checks.
+    # It exists so the fault tests can show that they detect the duplicates it causes.
+    unsafe_disable_fencing: bool = False
+
     # How often a node re-reads the topic catalog written by other nodes or tools.
     catalog_refresh_ms: int = Field(default=5_000, ge=0)
 

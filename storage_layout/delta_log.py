@@ -30,6 +30,7 @@ from storage_layout import paths
 from storage_layout.errors import (
     AppendConflict,
     CorruptPartition,
+    LeadershipConflict,
     OffsetOutOfRange,
     StorageUnavailable,
 )
@@ -38,7 +39,9 @@ from storage_layout.protocol_check import check_protocol
 from storage_layout.records import AppendResult, FetchResult, NewRecord, PartitionBounds
 from storage_layout.schema import (
     FILE_SCHEMA,
+    LEADER_APP_ID,
     LOG_APP_ID,
+    NODE_IDS,
     PARTITION_COLUMN,
     PARTITION_SCHEMA,
     RECORD_COLUMNS,
@@ -74,6 +77,22 @@ class DataFile:
 
 
 @dataclass(frozen=True, slots=True)
+class Leadership:
+    """Who leads a partition, from the `leader` txn: epochs only grow, one per change."""
+
+    epoch: int
+    node_id: int
+
+    @classmethod
+    def from_version(cls, version: int | None) -> Leadership | None:
+        return None if version is None else cls(version // NODE_IDS, version % NODE_IDS)
+
+    @property
+    def version(self) -> int:
+        return self.epoch * NODE_IDS + self.node_id
+
+
+@dataclass(frozen=True, slots=True)
 class TailChunk:
     """Records of one recent commit kept in memory so fetches at the head skip Parquet."""
 
@@ -106,12 +125,21 @@ class LogSnapshot:
 class DeltaPartitionLog:
     """The partition log of one topic partition, stored as a Delta table at `table_uri`."""
 
-    def __init__(self, table_uri: str, dt: DeltaTable, *, tail_records_max: int = 20_000) -> None:
+    def __init__(
+        self,
+        table_uri: str,
+        dt: DeltaTable,
+        *,
+        tail_records_max: int = 20_000,
+        fenced: bool = True,
+    ) -> None:
         self.table_uri = table_uri
+        self._fenced = fenced  # False only in the control runs of the fault tests
         self._dt = dt
         self._fs, self._fs_base = _filesystem(table_uri)
         self._tail_records_max = tail_records_max
-        self._snapshot = _load_snapshot(dt)
+        self._snapshot = _load_snapshot(dt, fenced)
+        self._held: Leadership | None = None  # leadership this writer asserts in every append
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -130,7 +158,9 @@ class DeltaPartitionLog:
             raise StorageUnavailable(f"Cannot create table {table_uri}: {error}") from error
 
     @classmethod
-    def open(cls, table_uri: str, *, tail_records_max: int = 20_000) -> DeltaPartitionLog:
+    def open(
+        cls, table_uri: str, *, tail_records_max: int = 20_000, fenced: bool = True
+    ) -> DeltaPartitionLog:
         """Load the table, check its protocol against the allow-list, build the file index."""
         try:
             dt = DeltaTable(table_uri)
@@ -139,7 +169,7 @@ class DeltaPartitionLog:
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot load table {table_uri}: {error}") from error
         check_protocol(dt.protocol(), table_uri)
-        return cls(table_uri, dt, tail_records_max=tail_records_max)
+        return cls(table_uri, dt, tail_records_max=tail_records_max, fenced=fenced)
 
     def reload(self) -> LogSnapshot:
         """Catch up with commits made by others (other nodes, maintenance jobs)."""
@@ -148,8 +178,62 @@ class DeltaPartitionLog:
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot refresh {self.table_uri}: {error}") from error
         check_protocol(self._dt.protocol(), self.table_uri)
-        self._snapshot = _load_snapshot(self._dt)
+        self._snapshot = _load_snapshot(self._dt, self._fenced)
         return self._snapshot
+
+    # ---- leadership --------------------------------------------------------------------------
+
+    def leader(self) -> Leadership | None:
+        """The leader named by the loaded snapshot (call `reload` first for the latest)."""
+        return Leadership.from_version(self._dt.transaction_version(LEADER_APP_ID))
+
+    @property
+    def held_leadership(self) -> Leadership | None:
+        return self._held
+
+    def commit_leadership(
+        self, node_id: int, *, expected: Leadership | None, hold: bool
+    ) -> Leadership:
+        """Name `node_id` leader with the next epoch, if the leader is still `expected`.
+
+        A txn-only commit: the `leader` txn is a compare-and-set like the offsets, so of two
+        nodes taking over at once exactly one wins. Every append of the leader carries its
+        `leader` txn, so a deposed leader's next append is rejected, even on an empty table.
+        With `hold`, this writer asserts the new leadership in its appends (it named itself);
+        without, it hands the partition over and stops asserting any.
+
+        Raises:
+            LeadershipConflict: the leader is no longer `expected`, or another change won.
+        """
+        if not 0 <= node_id < NODE_IDS:
+            raise ValueError(f"node ids are 0..{NODE_IDS - 1}, got {node_id}")
+        self.reload()
+        current = self.leader()
+        if current != expected:
+            raise LeadershipConflict(
+                f"{self.table_uri}: leader is {current}, not {expected}; not taking over."
+            )
+        epoch = 0 if current is None else current.epoch + 1
+        new = Leadership(epoch, node_id)
+        properties = CommitProperties(app_transactions=[Transaction(LEADER_APP_ID, new.version)])
+        try:
+            self._dt.create_write_transaction(
+                [],
+                mode="append",
+                schema=PARTITION_SCHEMA,
+                partition_by=[PARTITION_COLUMN],
+                commit_properties=properties,
+            )
+        except CommitFailedError as error:
+            self.reload()
+            raise LeadershipConflict(
+                f"{self.table_uri}: another node changed the leader first."
+            ) from error
+        except (OSError, DeltaError) as error:
+            raise StorageUnavailable(f"Commit to {self.table_uri} failed: {error}") from error
+        self.reload()
+        self._held = new if hold else None
+        return new
 
     # ---- reads -----------------------------------------------------------------------------
 
@@ -246,6 +330,12 @@ class DeltaPartitionLog:
                 return self._append_once(records, config=config, now_ms=now_ms)
             except CommitFailedError as error:
                 self.reload()
+                if self._held is not None and self.leader() != self._held:
+                    self._held = None
+                    raise LeadershipConflict(
+                        f"{self.table_uri}: this node was deposed as leader (now "
+                        f"{self.leader()}); nothing was appended."
+                    ) from error
                 if _is_txn_conflict(error):
                     raise AppendConflict(
                         f"Another writer committed offsets to {self.table_uri} after this "
@@ -289,7 +379,12 @@ class DeltaPartitionLog:
         return data_file, action
 
     def _commit(self, actions: list[AddAction], last_offset: int) -> None:
-        properties = CommitProperties(app_transactions=[Transaction(LOG_APP_ID, last_offset)])
+        transactions = [Transaction(LOG_APP_ID, last_offset)]
+        if self._held is not None:
+            transactions.append(Transaction(LEADER_APP_ID, self._held.version))
+        if not self._fenced:
+            transactions = []
+        properties = CommitProperties(app_transactions=transactions or None)
         try:
             self._dt.create_write_transaction(
                 actions,
@@ -310,7 +405,9 @@ class DeltaPartitionLog:
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot refresh {self.table_uri}: {error}") from error
         if self._dt.version() != before.table_version + 1:
-            self._snapshot = _load_snapshot(self._dt)  # someone else committed too: rebuild
+            self._snapshot = _load_snapshot(
+                self._dt, self._fenced
+            )  # someone else committed too: rebuild
             return
         tail = self._next_tail(before.tail, data_file.min_offset, table)
         self._snapshot = LogSnapshot(
@@ -430,11 +527,14 @@ def _iso_ms(epoch_ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
-def _load_snapshot(dt: DeltaTable) -> LogSnapshot:
+def _load_snapshot(dt: DeltaTable, fenced: bool = True) -> LogSnapshot:
     """Build the file index from the table's add actions and check the offset invariants."""
     last_offset = dt.transaction_version(LOG_APP_ID)
     high_watermark = 0 if last_offset is None else last_offset + 1
     files = sorted(_data_files(dt), key=lambda f: f.min_offset)
+    if not fenced:  # control runs only: no txn to trust, and overlaps are what they show
+        end = max((f.max_offset + 1 for f in files), default=0)
+        return LogSnapshot(dt.version(), end, tuple(files))
     for previous, current in zip(files, files[1:], strict=False):
         if current.min_offset <= previous.max_offset:
             raise CorruptPartition(
@@ -472,3 +572,22 @@ def _epoch_ms(value) -> int:
     if isinstance(value, int):
         return value
     return int(value.timestamp() * 1000)
+
+
+def read_leader(dt: DeltaTable) -> Leadership | None:
+    """The leader named by the latest version of a partition table (refreshes `dt`)."""
+    try:
+        dt.update_incremental()
+    except (OSError, DeltaError) as error:
+        raise StorageUnavailable(f"Cannot refresh {dt.table_uri}: {error}") from error
+    return Leadership.from_version(dt.transaction_version(LEADER_APP_ID))
+
+
+def load_table(table_uri: str) -> DeltaTable:
+    """A DeltaTable for light reads (leader, bounds) without building the file index."""
+    try:
+        return DeltaTable(table_uri, without_files=True)
+    except TableNotFoundError as error:
+        raise CorruptPartition(f"No Delta table at {table_uri}: {error}") from error
+    except (OSError, DeltaError) as error:
+        raise StorageUnavailable(f"Cannot load table {table_uri}: {error}") from error

@@ -75,6 +75,13 @@ class AppendConflict(StorageError):
     retriable = True
 
 
+class LeadershipConflict(StorageError):
+    """Another node committed a leadership change first: this node does not lead the partition."""
+
+    code = "NOT_LEADER_OR_FOLLOWER"
+    retriable = True
+
+
 class UnsupportedTableFeatures(StorageError):
     """The table uses Delta features deltalake cannot append to or read with pyarrow."""
 

@@ -18,6 +18,9 @@ TIMESTAMP_TYPE_LOG_APPEND_TIME = 1
 
 PARTITION_COLUMN = "segment"
 LOG_APP_ID = "log"  # txn app id whose version is the last assigned offset (the offset CAS)
+# txn app id whose version names the partition's leader: epoch * NODE_IDS + node_id.
+LEADER_APP_ID = "leader"
+NODE_IDS = 1 << 16
 
 PARTITION_SCHEMA = pa.schema(
     [

@@ -1,29 +1,40 @@
 """Broker: topic admin, produce and fetch over the partition logs of one storage root.
 
-Concurrency contract: every coroutine runs on one event loop; blocking Delta work runs on the
-broker's executor. Partition logs and writers are created lazily, once per partition.
+Any node accepts any request: writes for a partition another node leads are forwarded to it
+(api/broker/leaders.py decides who leads). Concurrency contract: every coroutine runs on one
+event loop; blocking Delta work runs on the broker's executor.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from api.broker.errors import BrokerShuttingDown, InvalidRequest, RecordTooLarge
+import httpx
+
+from api.broker.cluster import Cluster, ClusterSettings
+from api.broker.errors import BrokerShuttingDown, InvalidRequest, NotLeader, RecordTooLarge
+from api.broker.leaders import Leaders
 from api.broker.partitioner import RoundRobin, choose_partition
-from api.broker.writer import BatchAck, CommitLimits, PartitionWriter
+from api.broker.writer import BatchAck, CommitLimits
 from conf.settings import Settings
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog, TopicInfo, check_partition_count
 from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import TopicExists, TopicNotFound
+from storage_layout.nodes import NodeRegistry
 from storage_layout.records import FetchResult, NewRecord, PartitionBounds
 from storage_layout.topic_config import TopicConfig, validate_topic_name
 
 EXECUTOR_THREADS = 8
+INTERNAL_APPEND_PATH = "/_lakelog/internal/topics/{topic}/partitions/{partition}/append"
+
+log = logging.getLogger("lakelog.broker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +73,10 @@ class Broker:
         self._catalog: TopicCatalog | None = None
         self._topics: dict[str, TopicInfo] = {}
         self._topics_loaded_at = 0.0
-        self._writers: dict[tuple[str, int], PartitionWriter] = {}
-        self._writer_locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self.cluster: Cluster | None = None
+        self.leaders: Leaders | None = None
+        self._maintenance: asyncio.Task | None = None
+        self._http: httpx.AsyncClient | None = None
         self._round_robin: dict[str, RoundRobin] = {}
         self._closing = False
         self._limits = CommitLimits(
@@ -75,12 +88,50 @@ class Broker:
     async def start(self) -> None:
         self._catalog = await self._blocking(TopicCatalog, self.root)
         await self._refresh_topics()
+        registry = await self._blocking(NodeRegistry, self.root)
+        self.cluster = Cluster(self._cluster_settings(), registry)
+        await self._blocking(self.cluster.heartbeat)
+        self.leaders = Leaders(
+            root=self.root,
+            cluster=self.cluster,
+            executor=self._executor,
+            limits=self._limits,
+            tail_records_max=self.settings.tail_records_max,
+            config_of=lambda name: self._topics[name].config,
+            fenced=not self.settings.unsafe_disable_fencing,
+        )
+        self._http = httpx.AsyncClient(timeout=self.settings.forward_timeout_ms / 1000)
+        self._maintenance = asyncio.get_running_loop().create_task(self._maintain_forever())
+
+    def _cluster_settings(self) -> ClusterSettings:
+        settings = self.settings
+        url = settings.advertised_url or f"http://{settings.host}:{settings.port}"
+        return ClusterSettings(
+            settings.node_id, url.rstrip("/"), settings.lease_ms, settings.heartbeat_ms
+        )
 
     async def close(self) -> None:
         self._closing = True
-        writers, self._writers = list(self._writers.values()), {}
-        await asyncio.gather(*(writer.close() for writer in writers), return_exceptions=True)
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+        if self.leaders is not None:
+            await self.leaders.close()
+        if self._http is not None:
+            await self._http.aclose()
         self._executor.shutdown(wait=True)
+
+    async def _maintain_forever(self) -> None:
+        """Renew this node's liveness and keep partition leadership where it belongs."""
+        while not self._closing:
+            try:
+                await self._blocking(self.cluster.heartbeat)
+                keys = [(t.name, p) for t in self._topics.values() for p in range(t.partitions)]
+                await self.leaders.maintain(keys)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep renewing: one failed round must not stop the node
+                log.exception("cluster maintenance round failed")
+            await asyncio.sleep(self.settings.heartbeat_ms / 1000)
 
     async def _blocking(self, function, *args, **kwargs):
         loop = asyncio.get_running_loop()
@@ -137,11 +188,8 @@ class Broker:
         return topic
 
     async def delete_topic(self, name: str) -> None:
-        topic = await self.topic(name)
-        for partition in range(topic.partitions):
-            writer = self._writers.pop((name, partition), None)
-            if writer is not None:
-                await writer.close()
+        await self.topic(name)
+        await self.leaders.close_topic(name)
         await self._blocking(self._catalog.delete_topic, name)
         await self._refresh_topics()
 
@@ -150,8 +198,24 @@ class Broker:
         self._topics_loaded_at = time.monotonic()
 
     async def partition_bounds(self, topic_name: str, partition: int) -> PartitionBounds:
-        writer = await self._writer(topic_name, partition)
-        return writer.log.bounds()
+        """log_start_offset and high watermark, from the leader's log or the shared table."""
+        (await self.topic(topic_name)).check_partition(partition)
+        route = await self.leaders.route(topic_name, partition)
+        if route.writer is not None:
+            return route.writer.log.bounds()
+        uri = paths.partition_table_uri(self.root, topic_name, partition)
+        return (await self._blocking(DeltaPartitionLog.open, uri, tail_records_max=0)).bounds()
+
+    async def partition_leader(self, topic_name: str, partition: int) -> int | None:
+        """The node that leads the partition (None if it has never been written)."""
+        (await self.topic(topic_name)).check_partition(partition)
+        return await self.leaders.leader_of(topic_name, partition)
+
+    async def remote_leader_url(self, topic_name: str, partition: int) -> str | None:
+        """The leader's URL when another node leads the partition (None: served here)."""
+        (await self.topic(topic_name)).check_partition(partition)
+        route = await self.leaders.route(topic_name, partition)
+        return route.url
 
     # ---- produce ---------------------------------------------------------------------------
 
@@ -199,16 +263,47 @@ class Broker:
 
     async def _produce_partition(self, topic, partition, indexes, records, results) -> None:
         batch = [records[i].record for i in indexes]
-        size_bytes = sum(record.size_bytes() for record in batch)
         try:
-            writer = await self._writer(topic.name, partition)
-            ack = await writer.append(batch, size_bytes)
+            ack = await self.append(topic.name, partition, batch, forward=True)
         except Exception as error:
             for index in indexes:
                 results[index] = error
             return
         for position, index in enumerate(indexes):
             results[index] = _record_ack(partition, ack, position, records[index].record, topic)
+
+    async def append(
+        self, topic_name: str, partition: int, batch: list[NewRecord], *, forward: bool
+    ) -> BatchAck:
+        """Append one partition's records here if this node leads it, else at the leader
+        (`forward`), else fail with NotLeader (retriable)."""
+        if self._closing:
+            raise BrokerShuttingDown("This gateway is shutting down; retry the request.")
+        route = await self.leaders.route(topic_name, partition)
+        if route.writer is not None:
+            size_bytes = sum(record.size_bytes() for record in batch)
+            return await route.writer.append(batch, size_bytes)
+        if not forward:
+            raise NotLeader(
+                f"Node {route.leader_id} leads {topic_name}/{partition}.", leader_id=route.leader_id
+            )
+        return await self._forward_append(route.url, topic_name, partition, batch)
+
+    async def _forward_append(self, url: str, topic: str, partition: int, batch) -> BatchAck:
+        path = INTERNAL_APPEND_PATH.format(topic=topic, partition=partition)
+        try:
+            response = await self._http.post(url + path, json=encode_batch(batch))
+        except httpx.HTTPError as error:
+            self.leaders.forget(topic, partition)
+            raise NotLeader(
+                f"The leader of {topic}/{partition} at {url} is unreachable "
+                f"({type(error).__name__}); retry."
+            ) from None
+        body = response.json()
+        if response.status_code != 200:
+            self.leaders.forget(topic, partition)
+            raise NotLeader(f"The leader of {topic}/{partition} refused: {body.get('message')}")
+        return BatchAck(body["base_offset"], len(batch), body["append_time_ms"])
 
     # ---- fetch -----------------------------------------------------------------------------
 
@@ -217,7 +312,8 @@ class Broker:
         by the commit, not by a poll interval)."""
         if request.offset < 0:
             raise InvalidRequest(f"Offset {request.offset} is negative; offsets start at 0.")
-        writer = await self._writer(request.topic, request.partition)
+        (await self.topic(request.topic)).check_partition(request.partition)
+        writer = await self.leaders.writer(request.topic, request.partition)
         deadline = time.monotonic() + request.timeout_ms / 1000
         while True:
             appended = writer.appended_event()
@@ -238,33 +334,40 @@ class Broker:
             bytes_max=request.bytes_max,
         )
 
-    # ---- partition writers -----------------------------------------------------------------
 
-    async def _writer(self, topic_name: str, partition: int) -> PartitionWriter:
-        key = (topic_name, partition)
-        writer = self._writers.get(key)
-        if writer is not None:
-            return writer
-        topic = await self.topic(topic_name)
-        topic.check_partition(partition)
-        async with self._writer_locks.setdefault(key, asyncio.Lock()):
-            if key not in self._writers:
-                if self._closing:
-                    raise BrokerShuttingDown("The gateway is shutting down; retry elsewhere.")
-                self._writers[key] = await self._open_writer(topic_name, partition)
-        return self._writers[key]
+def encode_batch(batch: list[NewRecord]) -> dict:
+    """The internal forwarding body of one partition's records (base64 bytes)."""
+    return {
+        "records": [
+            {
+                "key": _b64(record.key),
+                "value": _b64(record.value),
+                "timestamp_ms": record.timestamp_ms,
+                "headers": [[name, _b64(value)] for name, value in record.headers],
+            }
+            for record in batch
+        ]
+    }
 
-    async def _open_writer(self, topic_name: str, partition: int) -> PartitionWriter:
-        uri = paths.partition_table_uri(self.root, topic_name, partition)
-        log = await self._blocking(
-            DeltaPartitionLog.open, uri, tail_records_max=self.settings.tail_records_max
+
+def decode_batch(body: dict) -> list[NewRecord]:
+    return [
+        NewRecord(
+            key=_unb64(item["key"]),
+            value=_unb64(item["value"]),
+            timestamp_ms=item["timestamp_ms"],
+            headers=tuple((name, _unb64(value)) for name, value in item["headers"]),
         )
-        return PartitionWriter(
-            log,
-            config=lambda: self._topics[topic_name].config,
-            executor=self._executor,
-            limits=self._limits,
-        )
+        for item in body["records"]
+    ]
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
 
 
 def _record_ack(

@@ -28,6 +28,17 @@ class InvalidRequest(BrokerError):
     code = "INVALID_REQUEST"
 
 
+class NotLeader(BrokerError):
+    """This node does not lead the partition (and could not forward to the node that does)."""
+
+    code = "NOT_LEADER_OR_FOLLOWER"
+    retriable = True
+
+    def __init__(self, message: str, *, leader_id: int | None = None) -> None:
+        super().__init__(message)
+        self.leader_id = leader_id
+
+
 class BrokerShuttingDown(BrokerError):
     code = "BROKER_NOT_AVAILABLE"
     retriable = True

@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from api.broker.errors import BrokerShuttingDown
+from api.broker.errors import NotLeader
 from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.errors import LeadershipConflict
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig
 
@@ -54,8 +55,11 @@ class PartitionWriter:
         config: Callable[[], TopicConfig],
         executor: Executor,
         limits: CommitLimits,
+        can_write: Callable[[], bool] = lambda: True,
     ) -> None:
         self.log = log
+        self.deposed = False  # set when another node took the partition: the writer is done
+        self._can_write = can_write
         self._config = config
         self._executor = executor
         self._limits = limits
@@ -67,8 +71,8 @@ class PartitionWriter:
 
     async def append(self, records: Sequence[NewRecord], size_bytes: int) -> BatchAck:
         """Queue `records` (in order, contiguous offsets) and wait for their durable commit."""
-        if self._closed:
-            raise BrokerShuttingDown("The partition writer is closing; retry the request.")
+        if self._closed or self.deposed:
+            raise NotLeader("This node no longer leads the partition; retry the request.")
         future = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(records, size_bytes, future))
         self._wakeup.set()
@@ -113,8 +117,14 @@ class PartitionWriter:
         records = [record for pending in batch for record in pending.records]
         loop = asyncio.get_running_loop()
         try:
+            if self.deposed:
+                raise NotLeader("Another node took this partition; retry the request.")
+            if not self._can_write():
+                raise NotLeader("This node could not renew its lease, so it stopped writing.")
             result = await loop.run_in_executor(self._executor, self._append_blocking, records)
         except Exception as error:  # every waiter learns the failure; nothing was acknowledged
+            if isinstance(error, LeadershipConflict):
+                self.deposed = True
             for pending in batch:
                 if not pending.future.done():
                     pending.future.set_exception(error)

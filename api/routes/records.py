@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from api.broker.broker import FetchRequest
 from api.deps import BrokerDep
+from api.forwarding import proxy_to_leader
 from api.wire import fetch_format, records_to_json
 
 router = APIRouter(tags=["records"])
@@ -38,6 +39,9 @@ async def fetch_records(
     timeout: Annotated[int, Query(ge=0, description="Wait for data, in ms")] = 0,
 ) -> Response:
     embedded = fetch_format(request.headers.get("accept"))
+    leader_url = await broker.remote_leader_url(topic, partition)
+    if leader_url is not None:
+        return await proxy_to_leader(request, broker, leader_url)
     settings = broker.settings
     fetch = FetchRequest(
         topic=topic,

@@ -4,24 +4,29 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from api.broker.broker import Broker
 from api.deps import BrokerDep
 from storage_layout.catalog import TopicInfo
 
 router = APIRouter(tags=["v2 topics"])
 
 
-def partition_v2(node_id: int, partition: int) -> dict:
-    # One storage layer, no replicas: this node leads every partition it serves.
-    replica = {"broker": node_id, "leader": True, "in_sync": True}
-    return {"partition": partition, "leader": node_id, "replicas": [replica]}
+def partition_v2(leader_id: int, partition: int) -> dict:
+    # No broker replicas: the storage layer keeps the data durable, the leader is its writer.
+    replica = {"broker": leader_id, "leader": True, "in_sync": True}
+    return {"partition": partition, "leader": leader_id, "replicas": [replica]}
 
 
-def topic_v2(topic: TopicInfo, node_id: int) -> dict:
-    return {
-        "name": topic.name,
-        "configs": topic.config.to_mapping(),
-        "partitions": [partition_v2(node_id, p) for p in range(topic.partitions)],
-    }
+async def leader_id(broker: Broker, topic: str, partition: int) -> int:
+    """The partition's leader, or the node that will take it on its first write."""
+    leader = await broker.partition_leader(topic, partition)
+    return broker.cluster.preferred(topic, partition) if leader is None else leader
+
+
+async def partitions_v2(broker: Broker, topic: TopicInfo) -> list[dict]:
+    return [
+        partition_v2(await leader_id(broker, topic.name, p), p) for p in range(topic.partitions)
+    ]
 
 
 @router.get("/topics", summary="List topic names")
@@ -31,19 +36,19 @@ async def list_topics(broker: BrokerDep) -> list[str]:
 
 @router.get("/topics/{topic}", summary="Topic metadata: configs and partitions")
 async def get_topic(topic: str, broker: BrokerDep) -> dict:
-    return topic_v2(await broker.topic(topic), broker.settings.node_id)
+    info = await broker.topic(topic)
+    partitions = await partitions_v2(broker, info)
+    return {"name": info.name, "configs": info.config.to_mapping(), "partitions": partitions}
 
 
 @router.get("/topics/{topic}/partitions", summary="Partitions of a topic")
 async def list_partitions(topic: str, broker: BrokerDep) -> list[dict]:
-    info = await broker.topic(topic)
-    return [partition_v2(broker.settings.node_id, p) for p in range(info.partitions)]
+    return await partitions_v2(broker, await broker.topic(topic))
 
 
 @router.get("/topics/{topic}/partitions/{partition}", summary="One partition")
 async def get_partition(topic: str, partition: int, broker: BrokerDep) -> dict:
-    (await broker.topic(topic)).check_partition(partition)
-    return partition_v2(broker.settings.node_id, partition)
+    return partition_v2(await leader_id(broker, topic, partition), partition)
 
 
 @router.get(
@@ -57,4 +62,4 @@ async def get_partition_offsets(topic: str, partition: int, broker: BrokerDep) -
 
 @router.get("/brokers", summary="Gateway nodes")
 async def list_brokers(broker: BrokerDep) -> dict:
-    return {"brokers": [broker.settings.node_id]}
+    return {"brokers": broker.cluster.live_nodes()}

@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from api.deps import BrokerDep, SettingsDep, base_url
 from api.errors import ApiError
+from api.routes.v2_topics import leader_id
 from conf.settings import Settings
 from storage_layout.catalog import TopicInfo
 
@@ -193,8 +194,10 @@ async def list_partitions(cluster_id: str, topic: str, request: Request, broker:
     check_cluster(cluster_id, broker.settings)
     info = await broker.topic(topic)
     url = base_url(request, broker.settings)
-    node = broker.settings.node_id
-    data = [_partition_data(url, cluster_id, topic, p, node) for p in range(info.partitions)]
+    data = [
+        _partition_data(url, cluster_id, topic, p, await leader_id(broker, topic, p))
+        for p in range(info.partitions)
+    ]
     return _list(
         "KafkaPartitionList", f"{url}/v3/clusters/{cluster_id}/topics/{topic}/partitions", data
     )
@@ -205,9 +208,9 @@ async def get_partition(
     cluster_id: str, topic: str, partition: int, request: Request, broker: BrokerDep
 ) -> dict:
     check_cluster(cluster_id, broker.settings)
-    (await broker.topic(topic)).check_partition(partition)
     url = base_url(request, broker.settings)
-    return _partition_data(url, cluster_id, topic, partition, broker.settings.node_id)
+    leader = await leader_id(broker, topic, partition)
+    return _partition_data(url, cluster_id, topic, partition, leader)
 
 
 @router.get("/clusters/{cluster_id}/topics/{topic}/configs", summary="Topic configs")

@@ -1,0 +1,28 @@
+"""Serving a read that the partition's leader must answer: proxy the request to it."""
+
+from __future__ import annotations
+
+import httpx
+from fastapi import Request
+from starlette.responses import Response
+
+from api.broker.broker import Broker
+from api.broker.errors import NotLeader
+
+_PASSED_HEADERS = ("accept", "content-type")
+
+
+async def proxy_to_leader(request: Request, broker: Broker, leader_url: str) -> Response:
+    """Send the same GET to the leader and return its answer unchanged."""
+    headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED_HEADERS}
+    url = leader_url + request.url.path
+    try:
+        async with httpx.AsyncClient(timeout=broker.settings.forward_timeout_ms / 1000) as http:
+            answer = await http.get(url, params=request.query_params, headers=headers)
+    except httpx.HTTPError as error:
+        raise NotLeader(
+            f"The partition's leader at {leader_url} is unreachable ({type(error).__name__}); "
+            f"retry shortly."
+        ) from None
+    media_type = answer.headers.get("content-type")
+    return Response(answer.content, answer.status_code, media_type=media_type)
