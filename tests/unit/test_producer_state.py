@@ -103,8 +103,11 @@ def test_rebuilt_span_covers_batches_inside_it():
 
 def test_batch_shape_limits():
     """Negative ids, epochs beyond int16 and sequences beyond int32 are refused."""
-    for bad in (ProducerBatch(-1, 0, 0, 1), ProducerBatch(1, 2**15, 0, 1),
-                ProducerBatch(1, 0, 2**31 - 1, 2)):
+    for bad in (
+        ProducerBatch(-1, 0, 0, 1),
+        ProducerBatch(1, 2**15, 0, 1),
+        ProducerBatch(1, 0, 2**31 - 1, 2),
+    ):
         with pytest.raises(ValueError):
             check_batch_shape(bad)
     check_batch_shape(ProducerBatch(1, 0, 2**31 - 1, 1))
