@@ -12,7 +12,12 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from api.broker.errors import BrokerShuttingDown, InvalidRequest, RecordTooLarge
+from api.broker.errors import (
+    BrokerShuttingDown,
+    InvalidProducerRequest,
+    InvalidRequest,
+    RecordTooLarge,
+)
 from api.broker.partitioner import RoundRobin, choose_partition
 from api.broker.writer import BatchAck, CommitLimits, PartitionWriter
 from conf.settings import Settings
@@ -20,10 +25,13 @@ from storage_layout import paths
 from storage_layout.catalog import TopicCatalog, TopicInfo, check_partition_count
 from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import TopicExists, TopicNotFound
+from storage_layout.producer_state import ProducerBatch, check_batch_shape
 from storage_layout.records import FetchResult, NewRecord, PartitionBounds
 from storage_layout.topic_config import TopicConfig, validate_topic_name
 
 EXECUTOR_THREADS = 8
+ACKS_NONE = "0"  # answer once queued
+ACKS_ALL = "all"  # answer after the durable Delta commit ("1" and "-1" mean the same here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +49,42 @@ class RecordAck:
     partition: int
     offset: int
     timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordQueued:
+    """acks=0: the record was queued for `partition`; its offset is not reported."""
+
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class Idempotence:
+    """Producer fields of a produce request: a base sequence per partition that receives
+    records (`base_sequences`), or one base sequence for whichever partition does (v3)."""
+
+    producer_id: int
+    epoch: int
+    base_sequences: Mapping[int, int] | None = None
+    base_sequence: int | None = None
+
+    def batch(self, partition: int, count: int) -> ProducerBatch:
+        """The batch of `count` records routed to `partition` (InvalidProducerRequest if none)."""
+        if self.base_sequences is not None:
+            sequence = self.base_sequences.get(partition)
+        else:
+            sequence = self.base_sequence
+        if sequence is None:
+            raise InvalidProducerRequest(
+                f"Records are routed to partition {partition} but the request has no base "
+                f"sequence for it: add \"{partition}\" to 'base_sequences'."
+            )
+        batch = ProducerBatch(self.producer_id, self.epoch, sequence, count)
+        try:
+            check_batch_shape(batch)
+        except ValueError as error:
+            raise InvalidProducerRequest(str(error)) from None
+        return batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,19 +200,35 @@ class Broker:
     # ---- produce ---------------------------------------------------------------------------
 
     async def produce(
-        self, topic_name: str, records: Sequence[ProduceRecord]
-    ) -> list[RecordAck | Exception]:
+        self,
+        topic_name: str,
+        records: Sequence[ProduceRecord],
+        *,
+        idempotence: Idempotence | None = None,
+        acks: str = ACKS_ALL,
+    ) -> list[RecordAck | RecordQueued | Exception]:
         """Append records; one result per record, in request order.
 
         Records for one partition keep their request order and get contiguous offsets. A record
         that fails validation gets its error in its slot and is not written; the others are.
+        With `idempotence`, each partition's records form one producer batch (a retry gets the
+        original offsets). With acks=0 the results are RecordQueued once the records are queued.
+
+        Raises:
+            InvalidProducerRequest: a partition that receives records has no base sequence.
         """
         topic = await self.topic(topic_name)
-        results: list[RecordAck | Exception | None] = [None] * len(records)
+        results: list = [None] * len(records)
         by_partition = self._route(topic, records, results)
+        batches = {
+            partition: idempotence.batch(partition, len(indexes)) if idempotence else None
+            for partition, indexes in by_partition.items()
+        }
         await asyncio.gather(
             *(
-                self._produce_partition(topic, partition, indexed, records, results)
+                self._produce_partition(
+                    topic, partition, indexed, records, results, batches[partition], acks
+                )
                 for partition, indexed in by_partition.items()
             )
         )
@@ -197,12 +257,20 @@ class Broker:
             by_partition.setdefault(partition, []).append(index)
         return by_partition
 
-    async def _produce_partition(self, topic, partition, indexes, records, results) -> None:
+    async def _produce_partition(
+        self, topic, partition, indexes, records, results, producer_batch, acks
+    ) -> None:
         batch = [records[i].record for i in indexes]
         size_bytes = sum(record.size_bytes() for record in batch)
         try:
             writer = await self._writer(topic.name, partition)
-            ack = await writer.append(batch, size_bytes)
+            future = writer.submit(batch, size_bytes, producer_batch)
+            if acks == ACKS_NONE:
+                future.add_done_callback(_consume_outcome)
+                for index in indexes:
+                    results[index] = RecordQueued(partition)
+                return
+            ack = await future
         except Exception as error:
             for index in indexes:
                 results[index] = error
@@ -264,7 +332,14 @@ class Broker:
             config=lambda: self._topics[topic_name].config,
             executor=self._executor,
             limits=self._limits,
+            fault_point=self.settings.fault_point,
         )
+
+
+def _consume_outcome(future: asyncio.Future) -> None:
+    """acks=0: nobody waits for the outcome; retrieve it so asyncio does not log it."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _record_ack(
