@@ -26,6 +26,7 @@ from storage_layout.catalog import TopicCatalog, TopicInfo, check_partition_coun
 from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import TopicExists, TopicNotFound
 from storage_layout.producer_state import ProducerBatch, check_batch_shape
+from storage_layout.producers import ProducerIdAllocator, ProducerIdentity
 from storage_layout.records import FetchResult, NewRecord, PartitionBounds
 from storage_layout.topic_config import TopicConfig, validate_topic_name
 
@@ -104,6 +105,7 @@ class Broker:
         self.root = paths.normalize_root(settings.data_dir)
         self._executor = ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="lakelog-io")
         self._catalog: TopicCatalog | None = None
+        self._producer_ids: ProducerIdAllocator | None = None
         self._topics: dict[str, TopicInfo] = {}
         self._topics_loaded_at = 0.0
         self._writers: dict[tuple[str, int], PartitionWriter] = {}
@@ -196,6 +198,16 @@ class Broker:
     async def partition_bounds(self, topic_name: str, partition: int) -> PartitionBounds:
         writer = await self._writer(topic_name, partition)
         return writer.log.bounds()
+
+    # ---- producers -------------------------------------------------------------------------
+
+    async def init_producer(
+        self, transactional_id: str | None = None, client_id: str | None = None
+    ) -> ProducerIdentity:
+        """A producer id and epoch for idempotent produce (see ProducerIdAllocator)."""
+        if self._producer_ids is None:
+            self._producer_ids = await self._blocking(ProducerIdAllocator, self.root)
+        return await self._blocking(self._producer_ids.init_producer, transactional_id, client_id)
 
     # ---- produce ---------------------------------------------------------------------------
 
