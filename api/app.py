@@ -9,7 +9,15 @@ from fastapi import FastAPI
 from api.broker.broker import Broker
 from api.errors import install_error_handlers
 from api.limits import BodyLimitMiddleware
-from api.routes import internal, records, v2_produce, v2_topics, v3_records, v3_topics
+from api.routes import (
+    internal,
+    records,
+    v2_produce,
+    v2_topics,
+    v3_producers,
+    v3_records,
+    v3_topics,
+)
 from api.version import VERSION
 from conf.settings import Settings, load_settings
 
@@ -36,7 +44,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.broker = broker
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, bytes_max=settings.request_bytes_max)
-    for module in (v2_topics, v2_produce, records, v3_topics, v3_records, internal):
+    routers = (v2_topics, v2_produce, records, v3_topics, v3_records, v3_producers, internal)
+    for module in routers:
         app.include_router(module.router)
 
     @app.get("/", include_in_schema=False)

@@ -2,7 +2,7 @@
 
 Codes follow the Confluent REST Proxy (40401 unknown topic, 40402 unknown partition, 40002 bad
 request, 413, 415, 422xx validation, 50003 retriable). lakelog-only codes keep the same shape:
-41601 offset out of range.
+41601 offset out of range; 409xx idempotent-producer rejections (Kafka's error names).
 """
 
 from __future__ import annotations
@@ -15,19 +15,29 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from api.broker.errors import BrokerError, BrokerShuttingDown, InvalidRequest, RecordTooLarge
+from api.broker.errors import (
+    BrokerError,
+    BrokerShuttingDown,
+    InvalidProducerRequest,
+    InvalidRequest,
+    RecordTooLarge,
+)
 from storage_layout.errors import (
     AppendConflict,
     CorruptPartition,
+    DuplicateSequence,
     InvalidConfig,
     InvalidPartitions,
     InvalidTopic,
     OffsetOutOfRange,
+    OutOfOrderSequence,
     PartitionNotFound,
+    ProducerFenced,
     StorageError,
     StorageUnavailable,
     TopicExists,
     TopicNotFound,
+    UnknownProducerId,
     UnsupportedTableFeatures,
 )
 
@@ -46,6 +56,11 @@ ERROR_STATUS: dict[type[Exception], tuple[int, int]] = {
     InvalidRequest: (400, 40002),
     OffsetOutOfRange: (416, 41601),
     RecordTooLarge: (422, 422),  # as Karapace: the request was fine, a record was not
+    InvalidProducerRequest: (422, 42209),
+    OutOfOrderSequence: (409, 40904),
+    DuplicateSequence: (409, 40905),
+    ProducerFenced: (409, 40906),
+    UnknownProducerId: (409, 40907),
     AppendConflict: (503, 50003),
     StorageUnavailable: (503, 50003),
     BrokerShuttingDown: (503, 50003),
@@ -127,3 +142,7 @@ def _describe_validation(error: RequestValidationError) -> str:
         where = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
         parts.append(f"{where}: {item.get('msg', 'invalid')}")
     return "Invalid request: " + "; ".join(parts)
+
+
+# Codes a v2 produce response reports per record as they are (others become 50002/50003).
+PER_RECORD_CODES = frozenset({40401, 40402, 40904, 40905, 40906, 40907})

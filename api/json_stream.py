@@ -72,9 +72,11 @@ class _Scanner:
             self.start = self.position = end
             if len(raw) > self.value_bytes_max:
                 yield ApiError(
-                    413, 413, f"A record is {len(raw)} bytes, more than the limit of "
+                    413,
+                    413,
+                    f"A record is {len(raw)} bytes, more than the limit of "
                     f"{self.value_bytes_max} (LAKELOG_STREAM_RECORD_BYTES_MAX); the stream was "
-                    f"closed."
+                    f"closed.",
                 )
                 return
             yield _parse(raw)
@@ -123,7 +125,6 @@ class _Scanner:
             if self.buffer[index] in _WHITESPACE or self.buffer[index] in b"{[":
                 return index
         return None
-
 
     def _string_end(self, index: int) -> int | None:
         while (match := _IN_STRING.search(self.buffer, index)) is not None:

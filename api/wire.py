@@ -16,7 +16,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from api.broker.broker import ProduceRecord
+from api.broker.broker import ACKS_ALL, ACKS_NONE, Idempotence, ProduceRecord
 from api.errors import ApiError
 from storage_layout.records import NewRecord
 
@@ -77,6 +77,115 @@ def fetch_format(accept: str | None) -> str:
     )
 
 
+# ---- limits and producer fields (v2 and v3) -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecordLimits:
+    """Per-request and per-record limits checked while a produce body is parsed."""
+
+    records_max: int
+    headers_max: int
+    key_bytes_max: int
+
+    @classmethod
+    def from_settings(cls, settings) -> RecordLimits:
+        return cls(
+            settings.records_per_request_max,
+            settings.headers_per_record_max,
+            settings.key_bytes_max,
+        )
+
+
+ACKS_DESCRIPTION = (
+    "When to answer: `0` as soon as the records are queued (202, offsets null); `1`, `all` or "
+    "`-1` (default) after the durable Delta commit. There are no broker replicas: an "
+    "acknowledged record is as durable as the storage root."
+)
+ACKS_PATTERN = "^(0|1|-1|all)$"
+
+
+def acks_mode(acks: str) -> str:
+    """'0' or 'all' from a validated `acks` query value."""
+    return ACKS_NONE if acks == "0" else ACKS_ALL
+
+
+_PRODUCER_FIELDS = ("producer_id", "producer_epoch", "base_sequence", "base_sequences")
+
+
+def _producer_error(message: str) -> ApiError:
+    return ApiError(422, 42209, message)
+
+
+def _int_field(document: dict, name: str) -> int:
+    value = document.get(name)
+    if not _is_int(value):
+        raise _producer_error(f"'{name}' must be an integer when 'producer_id' is given.")
+    return value
+
+
+def v2_idempotence(document: dict, partition: int | None) -> Idempotence | None:
+    """Producer fields of a v2 body (lakelog extension), or None for a plain produce.
+
+    Partition URL: `base_sequence`. Topic URL: `base_sequences` {"<partition>": int}, one per
+    partition that receives records.
+    """
+    if not any(name in document for name in _PRODUCER_FIELDS):
+        return None
+    producer_id = _int_field(document, "producer_id")
+    epoch = _int_field(document, "producer_epoch")
+    if partition is not None and "base_sequence" in document:
+        return Idempotence(producer_id, epoch, {partition: _int_field(document, "base_sequence")})
+    sequences = document.get("base_sequences")
+    if not isinstance(sequences, dict):
+        where = "'base_sequence'" if partition is not None else "'base_sequences'"
+        raise _producer_error(
+            f"An idempotent produce needs {where}: 'base_sequence' on a partition URL, "
+            f"'base_sequences' {{\"<partition>\": <first sequence>}} on a topic URL."
+        )
+    try:
+        parsed = {int(key): value for key, value in sequences.items() if _is_int(value)}
+    except ValueError:
+        parsed = {}
+    if len(parsed) != len(sequences):
+        raise _producer_error(
+            "'base_sequences' must map partition numbers to integer sequences, e.g. {\"0\": 0}."
+        )
+    return Idempotence(producer_id, epoch, parsed)
+
+
+def v3_idempotence(document: dict) -> Idempotence | None:
+    """`producer_id`, `producer_epoch`, `sequence` of a v3 record (a batch of one)."""
+    if not any(name in document for name in ("producer_id", "producer_epoch", "sequence")):
+        return None
+    return Idempotence(
+        _int_field(document, "producer_id"),
+        _int_field(document, "producer_epoch"),
+        base_sequence=_int_field(document, "sequence"),
+    )
+
+
+def _check_key(key: bytes | None, limits: RecordLimits, where: str) -> bytes | None:
+    if key is not None and len(key) > limits.key_bytes_max:
+        raise ApiError(
+            422,
+            42211,
+            f"{where}the key is {len(key)} bytes; the limit is {limits.key_bytes_max} "
+            f"(LAKELOG_KEY_BYTES_MAX).",
+        )
+    return key
+
+
+def _check_header_count(headers: list, limits: RecordLimits, where: str) -> None:
+    if len(headers) > limits.headers_max:
+        raise ApiError(
+            422,
+            42210,
+            f"{where}{len(headers)} headers; the limit is {limits.headers_max} per record "
+            f"(LAKELOG_HEADERS_PER_RECORD_MAX).",
+        )
+
+
 # ---- v2 produce ----------------------------------------------------------------------------
 
 
@@ -89,13 +198,20 @@ def parse_json(body: bytes) -> object:
         raise ApiError(400, 400, f"The request body is not valid JSON: {error}.") from None
 
 
+@dataclass(frozen=True, slots=True)
+class V2Produce:
+    records: list[ProduceRecord]
+    idempotence: Idempotence | None
+
+
 def parse_v2_produce(
-    body: bytes, embedded: str, *, partition_in_url: bool, records_max: int
-) -> list[ProduceRecord]:
+    body: bytes, embedded: str, *, partition: int | None, limits: RecordLimits
+) -> V2Produce:
     """Records of a v2 produce body `{"records": [{"key", "value", "partition"?, ...}]}`.
 
     Extensions (lakelog, Karapace-compatible): `headers` `[{"key": str, "value": base64|null}]`
-    and `timestamp` (epoch milliseconds or ISO-8601) per record.
+    and `timestamp` (epoch milliseconds or ISO-8601) per record; top-level `producer_id`,
+    `producer_epoch` and `base_sequence` / `base_sequences` (idempotent produce).
     """
     document = parse_json(body)
     if not isinstance(document, dict):
@@ -107,15 +223,21 @@ def parse_v2_produce(
         raise ApiError(400, 400, "'records' must be a JSON array of record objects.")
     if not records:
         raise ApiError(422, 422, "'records' may not be empty.")
-    if len(records) > records_max:
+    if len(records) > limits.records_max:
         raise ApiError(
-            422, 42208, f"{len(records)} records in one request; the limit is {records_max}."
+            422, 42208, f"{len(records)} records in one request; the limit is {limits.records_max}."
         )
     decode = _decode_binary if embedded == BINARY else _encode_json
-    return [_v2_record(index, r, decode, partition_in_url) for index, r in enumerate(records)]
+    in_url = partition is not None
+    parsed = [_v2_record(index, r, decode, in_url, limits) for index, r in enumerate(records)]
+    if in_url:
+        parsed = [ProduceRecord(partition, r.record) for r in parsed]
+    return V2Produce(parsed, v2_idempotence(document, partition))
 
 
-def _v2_record(index: int, record: object, decode, partition_in_url: bool) -> ProduceRecord:
+def _v2_record(
+    index: int, record: object, decode, partition_in_url: bool, limits: RecordLimits
+) -> ProduceRecord:
     if not isinstance(record, dict):
         raise ApiError(400, 400, f"Record {index} must be a JSON object.")
     if "value" not in record:
@@ -129,10 +251,10 @@ def _v2_record(index: int, record: object, decode, partition_in_url: bool) -> Pr
             f"names the partition.",
         )
     new_record = NewRecord(
-        key=decode(record.get("key"), index, "key"),
+        key=_check_key(decode(record.get("key"), index, "key"), limits, f"Record {index}: "),
         value=decode(record.get("value"), index, "value"),
         timestamp_ms=_timestamp_ms(record.get("timestamp"), index),
-        headers=_v2_headers(record.get("headers"), index),
+        headers=_v2_headers(record.get("headers"), index, limits),
     )
     return ProduceRecord(partition, new_record)
 
@@ -153,11 +275,12 @@ def _encode_json(data: object, index: int, field: str) -> bytes | None:
     return None if data is None else orjson.dumps(data)
 
 
-def _v2_headers(headers: object, index: int) -> tuple:
+def _v2_headers(headers: object, index: int, limits: RecordLimits) -> tuple:
     if headers is None:
         return ()
     if not isinstance(headers, list):
         raise ApiError(400, 400, f"Record {index}: 'headers' must be an array.")
+    _check_header_count(headers, limits, f"Record {index}: ")
     parsed = []
     for header in headers:
         if not isinstance(header, dict) or not isinstance(header.get("key"), str):
@@ -207,12 +330,14 @@ class V3Record:
     key_size: int
     value_type: str | None
     value_size: int
+    idempotence: Idempotence | None = None
 
 
-def parse_v3_record(document: object) -> V3Record:
+def parse_v3_record(document: object, limits: RecordLimits) -> V3Record:
     """`{"partition_id"?, "headers"?, "key"?: {"type", "data"}, "value"?: {...}, "timestamp"?}`.
 
-    A missing `type` means JSON (lakelog has no Schema Registry to look one up).
+    A missing `type` means JSON (lakelog has no Schema Registry to look one up). Extension:
+    `producer_id`, `producer_epoch`, `sequence` make the record an idempotent batch of one.
     """
     if not isinstance(document, dict):
         raise ApiError(400, 400, "A record must be a JSON object.")
@@ -222,13 +347,18 @@ def parse_v3_record(document: object) -> V3Record:
     key_type, key = _v3_data(document.get("key"), "key")
     value_type, value = _v3_data(document.get("value"), "value")
     record = NewRecord(
-        key=key,
+        key=_check_key(key, limits, ""),
         value=value,
         timestamp_ms=_timestamp_ms(document.get("timestamp"), 0),
-        headers=_v3_headers(document.get("headers")),
+        headers=_v3_headers(document.get("headers"), limits),
     )
     return V3Record(
-        ProduceRecord(partition, record), key_type, len(key or b""), value_type, len(value or b"")
+        ProduceRecord(partition, record),
+        key_type,
+        len(key or b""),
+        value_type,
+        len(value or b""),
+        v3_idempotence(document),
     )
 
 
@@ -254,11 +384,12 @@ def _v3_data(section: object, field: str) -> tuple[str | None, bytes | None]:
     return kind, orjson.dumps(data)
 
 
-def _v3_headers(headers: object) -> tuple:
+def _v3_headers(headers: object, limits: RecordLimits) -> tuple:
     if headers is None:
         return ()
     if not isinstance(headers, list):
         raise ApiError(400, 400, '\'headers\' must be an array of {"name", "value"}.')
+    _check_header_count(headers, limits, "")
     parsed = []
     for header in headers:
         if not isinstance(header, dict) or not isinstance(header.get("name"), str):

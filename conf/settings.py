@@ -30,6 +30,8 @@ class Settings(BaseSettings):
     request_bytes_max: int = Field(default=16 * MIB, gt=0)
     records_per_request_max: int = Field(default=10_000, gt=0)
     stream_record_bytes_max: int = Field(default=2 * MIB, gt=0)
+    headers_per_record_max: int = Field(default=64, ge=0)
+    key_bytes_max: int = Field(default=64 * 1024, gt=0)
 
     # Group commit: one Delta commit takes everything queued, within these bounds.
     linger_ms: int = Field(default=2, ge=0)
@@ -54,6 +56,10 @@ class Settings(BaseSettings):
 
     # How often a node re-reads the topic catalog written by other nodes or tools.
     catalog_refresh_ms: int = Field(default=5_000, ge=0)
+
+    # TEST ONLY. "after_commit_before_ack": the gateway exits (code 75) right after a durable
+    # commit, before answering the requests in it (tests of retries after a crash).
+    fault_point: str | None = None
 
     # Spark (local runs; on Databricks the cluster's session is used).
     spark_master: str = "local[2]"

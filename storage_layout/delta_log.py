@@ -35,6 +35,7 @@ from storage_layout.errors import (
     StorageUnavailable,
 )
 from storage_layout.fs import filesystem as _filesystem
+from storage_layout.producer_state import CommittedSpan, ProducerStates
 from storage_layout.protocol_check import check_protocol
 from storage_layout.records import AppendResult, FetchResult, NewRecord, PartitionBounds
 from storage_layout.schema import (
@@ -61,6 +62,12 @@ TABLE_CONFIGURATION = {
 # snapshot; the failed attempt committed nothing, so offsets may be assigned again.
 APPEND_ATTEMPTS_MAX = 3
 TAIL_COMMITS_MAX = 256
+# Producer state is rebuilt on open from at most this many newest data files (FORMAT.md §7).
+PRODUCER_STATE_FILES_MAX = 100
+_PRODUCER_COLUMNS = ("offset", "timestamp", "producer_id", "producer_epoch", "sequence")
+
+# Per record: (producer_id, producer_epoch, sequence), or None for a non-idempotent record.
+ProducerColumns = Sequence[tuple[int, int, int] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +81,8 @@ class DataFile:
     num_records: int
     size_bytes: int
     modification_time_ms: int
+    # None when the file's statistics do not say (e.g. written by another tool).
+    has_producer_ids: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,12 +319,49 @@ class DeltaPartitionLog:
             ) from error
         return table.cast(_RECORDS_SCHEMA)
 
+    # ---- idempotent producers --------------------------------------------------------------
+
+    def producer_states(self) -> ProducerStates:
+        """Producers' last committed spans, rebuilt from the newest PRODUCER_STATE_FILES_MAX
+        data files (files whose statistics show no producer id are skipped unread).
+
+        A span is a run of one producer epoch's records with consecutive sequences at
+        consecutive offsets; a retried batch inside it is recognised as a duplicate. A producer
+        whose records are all older than the bound is unknown (UNKNOWN_PRODUCER_ID unless it
+        starts a new epoch at sequence 0).
+        """
+        files = self._snapshot.files[-PRODUCER_STATE_FILES_MAX:]
+        tables = [self._read_producer_rows(f) for f in files if f.has_producer_ids is not False]
+        tables = [table for table in tables if table.num_rows]
+        if not tables:
+            return ProducerStates()
+        rows = pa.concat_tables(tables).sort_by("offset").to_pydict()
+        return ProducerStates.from_spans(_spans_from_rows(rows))
+
+    def _read_producer_rows(self, data_file: DataFile) -> pa.Table:
+        path = paths.join(self._fs_base, data_file.path) if self._fs_base else data_file.path
+        try:
+            table = pq.read_table(path, filesystem=self._fs, columns=list(_PRODUCER_COLUMNS))
+        except OSError as error:
+            raise StorageUnavailable(
+                f"Cannot read {self.table_uri}/{data_file.path}: {error}"
+            ) from error
+        return table.filter(pc.is_valid(table.column("producer_id")))
+
     # ---- append ----------------------------------------------------------------------------
 
     def append(
-        self, records: Sequence[NewRecord], *, config: TopicConfig, now_ms: int | None = None
+        self,
+        records: Sequence[NewRecord],
+        *,
+        config: TopicConfig,
+        now_ms: int | None = None,
+        producers: ProducerColumns | None = None,
     ) -> AppendResult:
         """Append `records` in one Delta commit with the offset CAS; dense offsets from the HW.
+
+        `producers` (one entry per record) fills the producer_id/producer_epoch/sequence
+        columns, so idempotent producers' state is committed atomically with their records.
 
         Raises:
             AppendConflict: another writer committed offsets after this log's snapshot; nothing
@@ -327,7 +373,7 @@ class DeltaPartitionLog:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         for attempt in range(APPEND_ATTEMPTS_MAX):
             try:
-                return self._append_once(records, config=config, now_ms=now_ms)
+                return self._append_once(records, config, now_ms, producers)
             except CommitFailedError as error:
                 self.reload()
                 if self._held is not None and self.leader() != self._held:
@@ -347,12 +393,12 @@ class DeltaPartitionLog:
                     ) from error
         raise AssertionError("unreachable")
 
-    def _append_once(self, records, *, config: TopicConfig, now_ms: int) -> AppendResult:
+    def _append_once(self, records, config: TopicConfig, now_ms: int, producers) -> AppendResult:
         snapshot = self._snapshot
         base_offset = snapshot.high_watermark
         last_offset = base_offset + len(records) - 1
         segment = _segment_for_append(snapshot, base_offset, config, now_ms)
-        table = _records_to_arrow(records, base_offset, now_ms, config.log_append_time)
+        table = _records_to_arrow(records, base_offset, now_ms, config.log_append_time, producers)
         data_file, action = self._write_data_file(table, segment, now_ms)
         self._commit([action], last_offset)
         self._after_commit(snapshot, data_file, table)
@@ -370,8 +416,16 @@ class DeltaPartitionLog:
                 f"Cannot write {self.table_uri}/{relative}: {error}"
             ) from error
         offsets = table.column("offset")
+        has_ids = table.column("producer_id").null_count < table.num_rows
         data_file = DataFile(
-            relative, segment, offsets[0].as_py(), offsets[-1].as_py(), table.num_rows, size, now_ms
+            relative,
+            segment,
+            offsets[0].as_py(),
+            offsets[-1].as_py(),
+            table.num_rows,
+            size,
+            now_ms,
+            has_ids,
         )
         action = AddAction(
             relative, size, {PARTITION_COLUMN: str(segment)}, now_ms, True, _file_stats(table)
@@ -477,7 +531,11 @@ def _segment_for_append(
 
 
 def _records_to_arrow(
-    records: Sequence[NewRecord], base_offset: int, now_ms: int, log_append_time: bool
+    records: Sequence[NewRecord],
+    base_offset: int,
+    now_ms: int,
+    log_append_time: bool,
+    producers: ProducerColumns | None = None,
 ) -> pa.Table:
     count = len(records)
     if log_append_time:
@@ -498,11 +556,51 @@ def _records_to_arrow(
         pa.array([r.key for r in records], pa.binary()),
         pa.array([r.value for r in records], pa.binary()),
         pa.array(headers, FILE_SCHEMA.field("headers").type),
-        pa.nulls(count, pa.int64()),
-        pa.nulls(count, pa.int16()),
-        pa.nulls(count, pa.int32()),
+        *_producer_arrays(producers, count),
     ]
     return pa.Table.from_arrays(columns, schema=FILE_SCHEMA)
+
+
+def _producer_arrays(producers: ProducerColumns | None, count: int) -> list[pa.Array]:
+    if producers is None or all(p is None for p in producers):
+        return [
+            pa.nulls(count, pa.int64()),
+            pa.nulls(count, pa.int16()),
+            pa.nulls(count, pa.int32()),
+        ]
+    if len(producers) != count:
+        raise ValueError("producers needs one entry per record")
+    ids, epochs, sequences = zip(*(p or (None, None, None) for p in producers), strict=True)
+    return [
+        pa.array(ids, pa.int64()),
+        pa.array(epochs, pa.int16()),
+        pa.array(sequences, pa.int32()),
+    ]
+
+
+def _spans_from_rows(rows: dict[str, list]) -> list[tuple[int, CommittedSpan]]:
+    """(producer_id, span) pairs in offset order from rows sorted by offset."""
+    open_runs: dict[int, list[int]] = {}  # producer -> [epoch, base_seq, count, base_off, ms]
+    closed: list[tuple[int, list[int]]] = []
+    for offset, micros, producer, epoch, sequence in zip(
+        *(rows[name] for name in _PRODUCER_COLUMNS), strict=True
+    ):
+        run = open_runs.get(producer)
+        if run and run[0] == epoch and sequence == run[1] + run[2] and offset == run[3] + run[2]:
+            run[2] += 1
+            continue
+        if run:
+            closed.append((producer, run))
+        open_runs[producer] = [epoch, sequence, 1, offset, _micros_to_ms(micros)]
+    closed.extend(open_runs.items())
+    closed.sort(key=lambda item: item[1][3])
+    return [(producer, CommittedSpan(*run)) for producer, run in closed]
+
+
+def _micros_to_ms(value) -> int:
+    if isinstance(value, int):
+        return value // 1000
+    return int(value.timestamp() * 1000)
 
 
 def _file_stats(table: pa.Table) -> str:
@@ -519,6 +617,14 @@ def _file_stats(table: pa.Table) -> str:
         "maxValues": {"offset": offsets[-1].as_py(), "timestamp": _iso_ms(max_ms)},
         "nullCount": {"offset": 0, "timestamp": 0, "timestamp_type": 0},
     }
+    # producer_id statistics let the producer-state rebuild skip files without idempotent
+    # records (nullCount == numRecords).
+    producer_ids = table.column("producer_id")
+    stats["nullCount"]["producer_id"] = producer_ids.null_count
+    if producer_ids.null_count < table.num_rows:
+        id_bounds = pc.min_max(producer_ids)
+        stats["minValues"]["producer_id"] = id_bounds["min"].as_py()
+        stats["maxValues"]["producer_id"] = id_bounds["max"].as_py()
     return json.dumps(stats, separators=(",", ":"))
 
 
@@ -554,6 +660,7 @@ def _data_files(dt: DeltaTable) -> list[DataFile]:
         return []
     columns = actions.to_pydict()
     modification = [_epoch_ms(value) for value in columns["modification_time"]]
+    id_nulls = columns.get("null_count.producer_id", [None] * actions.num_rows)
     return [
         DataFile(
             path=columns["path"][i],
@@ -563,6 +670,9 @@ def _data_files(dt: DeltaTable) -> list[DataFile]:
             num_records=columns["num_records"][i],
             size_bytes=columns["size_bytes"][i],
             modification_time_ms=modification[i],
+            has_producer_ids=None
+            if id_nulls[i] is None
+            else id_nulls[i] < columns["num_records"][i],
         )
         for i in range(actions.num_rows)
     ]

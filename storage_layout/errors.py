@@ -99,3 +99,34 @@ class StorageUnavailable(StorageError):
 
     code = "STORAGE_UNAVAILABLE"
     retriable = True
+
+
+# ---- idempotent producers (Kafka's error names; FORMAT.md §7) ------------------------------
+
+
+class ProducerError(StorageError):
+    """A produce batch broke the idempotent-producer rules; nothing of it was appended."""
+
+
+class OutOfOrderSequence(ProducerError):
+    """The batch's base sequence leaves a gap after the producer's last committed sequence."""
+
+    code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class DuplicateSequence(ProducerError):
+    """The batch repeats sequences older than the dedup window (its offsets are not known)."""
+
+    code = "DUPLICATE_SEQUENCE_NUMBER"
+
+
+class ProducerFenced(ProducerError):
+    """The batch's epoch is older than one this partition has already accepted."""
+
+    code = "PRODUCER_FENCED"
+
+
+class UnknownProducerId(ProducerError):
+    """The partition keeps no state for this producer and the batch does not start at 0."""
+
+    code = "UNKNOWN_PRODUCER_ID"

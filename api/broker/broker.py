@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,13 @@ from dataclasses import dataclass
 import httpx
 
 from api.broker.cluster import Cluster, ClusterSettings
-from api.broker.errors import BrokerShuttingDown, InvalidRequest, NotLeader, RecordTooLarge
+from api.broker.errors import (
+    BrokerShuttingDown,
+    InvalidProducerRequest,
+    InvalidRequest,
+    NotLeader,
+    RecordTooLarge,
+)
 from api.broker.leaders import Leaders
 from api.broker.partitioner import RoundRobin, choose_partition
 from api.broker.writer import BatchAck, CommitLimits
@@ -26,8 +33,10 @@ from conf.settings import Settings
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog, TopicInfo, check_partition_count
 from storage_layout.delta_log import DeltaPartitionLog
-from storage_layout.errors import TopicExists, TopicNotFound
+from storage_layout.errors import ProducerError, TopicExists, TopicNotFound
 from storage_layout.nodes import NodeRegistry
+from storage_layout.producer_state import ProducerBatch, check_batch_shape
+from storage_layout.producers import ProducerIdAllocator, ProducerIdentity
 from storage_layout.records import FetchResult, NewRecord, PartitionBounds
 from storage_layout.topic_config import TopicConfig, validate_topic_name
 
@@ -35,6 +44,8 @@ EXECUTOR_THREADS = 8
 INTERNAL_APPEND_PATH = "/_lakelog/internal/topics/{topic}/partitions/{partition}/append"
 
 log = logging.getLogger("lakelog.broker")
+ACKS_NONE = "0"  # answer once queued
+ACKS_ALL = "all"  # answer after the durable Delta commit ("1" and "-1" mean the same here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +66,42 @@ class RecordAck:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordQueued:
+    """acks=0: the record was queued for `partition`; its offset is not reported."""
+
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class Idempotence:
+    """Producer fields of a produce request: a base sequence per partition that receives
+    records (`base_sequences`), or one base sequence for whichever partition does (v3)."""
+
+    producer_id: int
+    epoch: int
+    base_sequences: Mapping[int, int] | None = None
+    base_sequence: int | None = None
+
+    def batch(self, partition: int, count: int) -> ProducerBatch:
+        """The batch of `count` records routed to `partition` (InvalidProducerRequest if none)."""
+        if self.base_sequences is not None:
+            sequence = self.base_sequences.get(partition)
+        else:
+            sequence = self.base_sequence
+        if sequence is None:
+            raise InvalidProducerRequest(
+                f"Records are routed to partition {partition} but the request has no base "
+                f"sequence for it: add \"{partition}\" to 'base_sequences'."
+            )
+        batch = ProducerBatch(self.producer_id, self.epoch, sequence, count)
+        try:
+            check_batch_shape(batch)
+        except ValueError as error:
+            raise InvalidProducerRequest(str(error)) from None
+        return batch
+
+
+@dataclass(frozen=True, slots=True)
 class FetchRequest:
     topic: str
     partition: int
@@ -71,6 +118,7 @@ class Broker:
         self.root = paths.normalize_root(settings.data_dir)
         self._executor = ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="lakelog-io")
         self._catalog: TopicCatalog | None = None
+        self._producer_ids: ProducerIdAllocator | None = None
         self._topics: dict[str, TopicInfo] = {}
         self._topics_loaded_at = 0.0
         self.cluster: Cluster | None = None
@@ -99,6 +147,7 @@ class Broker:
             tail_records_max=self.settings.tail_records_max,
             config_of=lambda name: self._topics[name].config,
             fenced=not self.settings.unsafe_disable_fencing,
+            fault_point=self.settings.fault_point,
         )
         self._http = httpx.AsyncClient(timeout=self.settings.forward_timeout_ms / 1000)
         self._maintenance = asyncio.get_running_loop().create_task(self._maintain_forever())
@@ -217,22 +266,48 @@ class Broker:
         route = await self.leaders.route(topic_name, partition)
         return route.url
 
+    # ---- producers -------------------------------------------------------------------------
+
+    async def init_producer(
+        self, transactional_id: str | None = None, client_id: str | None = None
+    ) -> ProducerIdentity:
+        """A producer id and epoch for idempotent produce (see ProducerIdAllocator)."""
+        if self._producer_ids is None:
+            self._producer_ids = await self._blocking(ProducerIdAllocator, self.root)
+        return await self._blocking(self._producer_ids.init_producer, transactional_id, client_id)
+
     # ---- produce ---------------------------------------------------------------------------
 
     async def produce(
-        self, topic_name: str, records: Sequence[ProduceRecord]
-    ) -> list[RecordAck | Exception]:
+        self,
+        topic_name: str,
+        records: Sequence[ProduceRecord],
+        *,
+        idempotence: Idempotence | None = None,
+        acks: str = ACKS_ALL,
+    ) -> list[RecordAck | RecordQueued | Exception]:
         """Append records; one result per record, in request order.
 
         Records for one partition keep their request order and get contiguous offsets. A record
         that fails validation gets its error in its slot and is not written; the others are.
+        With `idempotence`, each partition's records form one producer batch (a retry gets the
+        original offsets). With acks=0 the results are RecordQueued once the records are queued.
+
+        Raises:
+            InvalidProducerRequest: a partition that receives records has no base sequence.
         """
         topic = await self.topic(topic_name)
-        results: list[RecordAck | Exception | None] = [None] * len(records)
+        results: list = [None] * len(records)
         by_partition = self._route(topic, records, results)
+        batches = {
+            partition: idempotence.batch(partition, len(indexes)) if idempotence else None
+            for partition, indexes in by_partition.items()
+        }
         await asyncio.gather(
             *(
-                self._produce_partition(topic, partition, indexed, records, results)
+                self._produce_partition(
+                    topic, partition, indexed, records, results, batches[partition], acks
+                )
                 for partition, indexed in by_partition.items()
             )
         )
@@ -261,10 +336,20 @@ class Broker:
             by_partition.setdefault(partition, []).append(index)
         return by_partition
 
-    async def _produce_partition(self, topic, partition, indexes, records, results) -> None:
+    async def _produce_partition(
+        self, topic, partition, indexes, records, results, producer_batch, acks
+    ) -> None:
         batch = [records[i].record for i in indexes]
         try:
-            ack = await self.append(topic.name, partition, batch, forward=True)
+            pending = await self.submit(
+                topic.name, partition, batch, producer=producer_batch, forward=True
+            )
+            if acks == ACKS_NONE:
+                pending.add_done_callback(_consume_outcome)
+                for index in indexes:
+                    results[index] = RecordQueued(partition)
+                return
+            ack = await pending
         except Exception as error:
             for index in indexes:
                 results[index] = error
@@ -272,27 +357,38 @@ class Broker:
         for position, index in enumerate(indexes):
             results[index] = _record_ack(partition, ack, position, records[index].record, topic)
 
-    async def append(
-        self, topic_name: str, partition: int, batch: list[NewRecord], *, forward: bool
-    ) -> BatchAck:
-        """Append one partition's records here if this node leads it, else at the leader
-        (`forward`), else fail with NotLeader (retriable)."""
+    async def submit(
+        self,
+        topic_name: str,
+        partition: int,
+        batch: list[NewRecord],
+        *,
+        producer: ProducerBatch | None,
+        forward: bool,
+    ) -> asyncio.Future:
+        """Queue one partition's records here if this node leads it, else at the leader
+        (`forward`), else fail with NotLeader (retriable). The future resolves to the
+        BatchAck once the records are durably committed."""
         if self._closing:
             raise BrokerShuttingDown("This gateway is shutting down; retry the request.")
         route = await self.leaders.route(topic_name, partition)
         if route.writer is not None:
             size_bytes = sum(record.size_bytes() for record in batch)
-            return await route.writer.append(batch, size_bytes)
+            return route.writer.submit(batch, size_bytes, producer)
         if not forward:
             raise NotLeader(
                 f"Node {route.leader_id} leads {topic_name}/{partition}.", leader_id=route.leader_id
             )
-        return await self._forward_append(route.url, topic_name, partition, batch)
+        return asyncio.ensure_future(
+            self._forward_append(route.url, topic_name, partition, batch, producer)
+        )
 
-    async def _forward_append(self, url: str, topic: str, partition: int, batch) -> BatchAck:
+    async def _forward_append(
+        self, url: str, topic: str, partition: int, batch, producer: ProducerBatch | None
+    ) -> BatchAck:
         path = INTERNAL_APPEND_PATH.format(topic=topic, partition=partition)
         try:
-            response = await self._http.post(url + path, json=encode_batch(batch))
+            response = await self._http.post(url + path, json=encode_batch(batch, producer))
         except httpx.HTTPError as error:
             self.leaders.forget(topic, partition)
             raise NotLeader(
@@ -300,10 +396,12 @@ class Broker:
                 f"({type(error).__name__}); retry."
             ) from None
         body = response.json()
-        if response.status_code != 200:
-            self.leaders.forget(topic, partition)
-            raise NotLeader(f"The leader of {topic}/{partition} refused: {body.get('message')}")
-        return BatchAck(body["base_offset"], len(batch), body["append_time_ms"])
+        if response.status_code == 200:
+            return BatchAck(body["base_offset"], len(batch), body["append_time_ms"])
+        if response.status_code == 409 and "producer_error" in body:
+            raise producer_error_from(body)  # the leader's verdict on the sequence, unchanged
+        self.leaders.forget(topic, partition)
+        raise NotLeader(f"The leader of {topic}/{partition} refused: {body.get('message')}")
 
     # ---- fetch -----------------------------------------------------------------------------
 
@@ -335,9 +433,10 @@ class Broker:
         )
 
 
-def encode_batch(batch: list[NewRecord]) -> dict:
+def encode_batch(batch: list[NewRecord], producer: ProducerBatch | None) -> dict:
     """The internal forwarding body of one partition's records (base64 bytes)."""
     return {
+        "producer": None if producer is None else dataclasses.asdict(producer),
         "records": [
             {
                 "key": _b64(record.key),
@@ -346,12 +445,13 @@ def encode_batch(batch: list[NewRecord]) -> dict:
                 "headers": [[name, _b64(value)] for name, value in record.headers],
             }
             for record in batch
-        ]
+        ],
     }
 
 
-def decode_batch(body: dict) -> list[NewRecord]:
-    return [
+def decode_batch(body: dict) -> tuple[list[NewRecord], ProducerBatch | None]:
+    producer = None if body.get("producer") is None else ProducerBatch(**body["producer"])
+    return producer, [
         NewRecord(
             key=_unb64(item["key"]),
             value=_unb64(item["value"]),
@@ -370,6 +470,12 @@ def _unb64(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text)
 
 
+def _consume_outcome(future: asyncio.Future) -> None:
+    """acks=0: nobody waits for the outcome; retrieve it so asyncio does not log it."""
+    if not future.cancelled():
+        future.exception()
+
+
 def _record_ack(
     partition: int, ack: BatchAck, position: int, record: NewRecord, topic: TopicInfo
 ) -> RecordAck:
@@ -378,3 +484,10 @@ def _record_ack(
     else:
         timestamp_ms = record.timestamp_ms
     return RecordAck(partition, ack.base_offset + position, timestamp_ms)
+
+
+def producer_error_from(body: dict) -> ProducerError:
+    """Rebuild the leader's producer-sequence error from a forwarded request's answer."""
+    error_types = {t.__name__: t for t in ProducerError.__subclasses__()}
+    error_type = error_types.get(body["producer_error"], ProducerError)
+    return error_type(body.get("message", "the leader rejected the producer batch"))

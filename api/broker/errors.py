@@ -42,3 +42,10 @@ class NotLeader(BrokerError):
 class BrokerShuttingDown(BrokerError):
     code = "BROKER_NOT_AVAILABLE"
     retriable = True
+
+
+class InvalidProducerRequest(BrokerError):
+    """Producer fields of a produce request are malformed or incomplete (e.g. a partition that
+    receives records has no base sequence)."""
+
+    code = "INVALID_PRODUCER_REQUEST"

@@ -54,8 +54,10 @@ class Leaders:
         tail_records_max: int,
         config_of: Callable[[str], TopicConfig],
         fenced: bool = True,
+        fault_point: str | None = None,
     ) -> None:
         self._fenced = fenced
+        self._fault_point = fault_point
         self._root = root
         self._cluster = cluster
         self._executor = executor
@@ -169,6 +171,7 @@ class Leaders:
             executor=self._executor,
             limits=self._limits,
             can_write=self._cluster.can_lead if self._fenced else lambda: True,
+            fault_point=self._fault_point,
         )
         self._writers[key] = writer
         log.info("node %s leads %s/%s", self.node_id, topic, partition)

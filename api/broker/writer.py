@@ -4,22 +4,36 @@ Produce requests queue their records; whenever the writer is free it takes every
 (bounded by records and bytes), appends it in one Delta commit with the offset CAS, then resolves
 every waiting request with its own base offset and wakes the long-polling fetchers.
 
-Concurrency contract: `append` and `appended_event` are called on the event loop; the blocking
-Delta commit runs on the shared executor, one commit at a time per partition.
+Idempotent producers: the writer checks each batch's (producer_id, epoch, sequence) when it forms
+a group commit, against the producer state of this partition plus the batches ahead of it in the
+same group (storage_layout/producer_state.py). Duplicates are answered with their original
+offsets, rejected batches with their error; the new state is kept tentative and adopted only once
+the commit (which stores the sequences in the same Delta version) has succeeded.
+
+Concurrency contract: `append`, `submit` and `appended_event` are called on the event loop; the
+blocking Delta commit runs on the shared executor, one commit at a time per partition.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from api.broker.errors import NotLeader
+from api.broker.errors import BrokerShuttingDown, NotLeader
 from storage_layout.delta_log import DeltaPartitionLog
-from storage_layout.errors import LeadershipConflict
+from storage_layout.errors import AppendConflict, LeadershipConflict
+from storage_layout.producer_state import Duplicate, ProducerBatch, ProducerStates
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig
+
+# Test-only fault point (conf/settings.py `fault_point`): exit right after a durable commit,
+# before any waiting request is answered, to test retries after an ambiguous failure.
+FAULT_AFTER_COMMIT_BEFORE_ACK = "after_commit_before_ack"
+FAULT_EXIT_CODE = 75
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +50,25 @@ class _Pending:
     records: Sequence[NewRecord]
     size_bytes: int
     future: asyncio.Future
+    producer: ProducerBatch | None = None
+
+
+@dataclass(slots=True)
+class _Plan:
+    """A group commit after the sequence checks: what to append and what echoes it."""
+
+    base_offset: int  # the offset the commit is expected to start at (the high watermark)
+    states: ProducerStates  # tentative: adopted only after the commit succeeds
+    appends: list[tuple[_Pending, int]] = field(default_factory=list)  # (pending, offset)
+    echoes: list[tuple[_Pending, Duplicate]] = field(default_factory=list)  # same group
+
+    def records(self) -> list[NewRecord]:
+        return [record for pending, _ in self.appends for record in pending.records]
+
+    def producer_columns(self) -> list | None:
+        if all(pending.producer is None for pending, _ in self.appends):
+            return None
+        return [column for pending, _ in self.appends for column in _columns(pending)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +88,7 @@ class PartitionWriter:
         config: Callable[[], TopicConfig],
         executor: Executor,
         limits: CommitLimits,
+        fault_point: str | None = None,
         can_write: Callable[[], bool] = lambda: True,
     ) -> None:
         self.log = log
@@ -63,20 +97,36 @@ class PartitionWriter:
         self._config = config
         self._executor = executor
         self._limits = limits
+        self._fault_point = fault_point
+        self._states: ProducerStates | None = None  # loaded from the table when first needed
         self._queue: list[_Pending] = []
         self._wakeup = asyncio.Event()
         self._appended = asyncio.Event()
         self._closed = False
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    async def append(self, records: Sequence[NewRecord], size_bytes: int) -> BatchAck:
-        """Queue `records` (in order, contiguous offsets) and wait for their durable commit."""
-        if self._closed or self.deposed:
+    async def append(
+        self, records: Sequence[NewRecord], size_bytes: int, producer: ProducerBatch | None = None
+    ) -> BatchAck:
+        """Queue `records` (in order, contiguous offsets) and wait for their durable commit.
+
+        With `producer`, a retry of a committed batch returns the original BatchAck; a batch
+        breaking the sequence rules raises ProducerError and appends nothing.
+        """
+        return await self.submit(records, size_bytes, producer)
+
+    def submit(
+        self, records: Sequence[NewRecord], size_bytes: int, producer: ProducerBatch | None = None
+    ) -> asyncio.Future:
+        """Queue `records`; the returned future resolves to their BatchAck after the commit."""
+        if self.deposed:
             raise NotLeader("This node no longer leads the partition; retry the request.")
+        if self._closed:
+            raise BrokerShuttingDown("The partition writer is closing; retry the request.")
         future = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(records, size_bytes, future))
+        self._queue.append(_Pending(records, size_bytes, future, producer))
         self._wakeup.set()
-        return await future
+        return future
 
     def appended_event(self) -> asyncio.Event:
         """An event set by the next commit (fetchers wait on it instead of polling)."""
@@ -114,33 +164,107 @@ class PartitionWriter:
         return batch
 
     async def _commit(self, batch: list[_Pending]) -> None:
-        records = [record for pending in batch for record in pending.records]
         loop = asyncio.get_running_loop()
+        now_ms = int(time.time() * 1000)
         try:
-            if self.deposed:
-                raise NotLeader("Another node took this partition; retry the request.")
-            if not self._can_write():
-                raise NotLeader("This node could not renew its lease, so it stopped writing.")
-            result = await loop.run_in_executor(self._executor, self._append_blocking, records)
-        except Exception as error:  # every waiter learns the failure; nothing was acknowledged
-            if isinstance(error, LeadershipConflict):
-                self.deposed = True
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(error)
+            self._check_can_write()
+            if self._states is None and any(p.producer is not None for p in batch):
+                self._states = await loop.run_in_executor(self._executor, self.log.producer_states)
+            plan = self._plan(batch, now_ms)
+        except Exception as error:  # the state could not be rebuilt: nobody is acknowledged
+            _fail(batch, error)
             return
-        base = result.base_offset
-        for pending in batch:
-            if not pending.future.done():
-                pending.future.set_result(
-                    BatchAck(base, len(pending.records), result.append_time_ms)
-                )
-            base += len(pending.records)
+        if not plan.appends:
+            return
+        try:
+            result = await loop.run_in_executor(self._executor, self._append_blocking, plan, now_ms)
+        except Exception as error:  # every waiter learns the failure; nothing was acknowledged
+            if isinstance(error, AppendConflict):
+                self._states = None  # another writer committed: rebuild from the table
+            if isinstance(error, LeadershipConflict):
+                self.deposed = True  # every later batch fails too: it must go to the new leader
+            _fail([p for p, _ in plan.appends] + [p for p, _ in plan.echoes], error)
+            return
+        if self._fault_point == FAULT_AFTER_COMMIT_BEFORE_ACK:
+            os._exit(FAULT_EXIT_CODE)
+        shift = result.base_offset - plan.base_offset  # 0 unless the log reloaded mid-append
+        self._adopt(plan, shift)
+        for pending, offset in plan.appends:
+            _resolve(pending, BatchAck(offset + shift, len(pending.records), now_ms))
+        for pending, duplicate in plan.echoes:
+            _resolve(pending, BatchAck(duplicate.base_offset + shift, len(pending.records), now_ms))
         self._wake_fetchers()
 
-    def _append_blocking(self, records: list[NewRecord]):
-        return self.log.append(records, config=self._config())
+    def _check_can_write(self) -> None:
+        if self.deposed:
+            raise NotLeader("Another node took this partition; retry the request.")
+        if not self._can_write():
+            raise NotLeader("This node could not renew its lease, so it stopped writing.")
+
+    def _plan(self, batch: list[_Pending], now_ms: int) -> _Plan:
+        """Check every batch's sequences in queue order; answer duplicates of earlier commits
+        and rule breakers at once, and keep the rest (with same-group echoes) for the commit."""
+        base = self.log.snapshot.high_watermark
+        plan = _Plan(base, self._states or ProducerStates())
+        offset = base
+        for pending in batch:
+            duplicate = None
+            if pending.producer is not None:
+                try:
+                    duplicate = plan.states.check(pending.producer)
+                except Exception as error:
+                    _fail([pending], error)
+                    continue
+            if duplicate is None:
+                if pending.producer is not None:
+                    plan.states = plan.states.recorded(pending.producer, offset, now_ms)
+                plan.appends.append((pending, offset))
+                offset += len(pending.records)
+            elif duplicate.base_offset < base:
+                ack = BatchAck(
+                    duplicate.base_offset, len(pending.records), duplicate.append_time_ms
+                )
+                _resolve(pending, ack)
+            else:
+                plan.echoes.append((pending, duplicate))
+        return plan
+
+    def _adopt(self, plan: _Plan, shift: int) -> None:
+        """Keep the tentative producer state now that the commit holds it."""
+        if all(pending.producer is None for pending, _ in plan.appends):
+            return  # nothing changed (and an unloaded state stays unloaded)
+        # A shifted commit (never seen in practice) is rebuilt from the table when next needed.
+        self._states = plan.states if shift == 0 else None
+
+    def _append_blocking(self, plan: _Plan, now_ms: int):
+        return self.log.append(
+            plan.records(),
+            config=self._config(),
+            now_ms=now_ms,
+            producers=plan.producer_columns(),
+        )
 
     def _wake_fetchers(self) -> None:
         appended, self._appended = self._appended, asyncio.Event()
         appended.set()
+
+
+def _columns(pending: _Pending) -> list[tuple[int, int, int] | None]:
+    producer = pending.producer
+    if producer is None:
+        return [None] * len(pending.records)
+    return [
+        (producer.producer_id, producer.epoch, producer.base_sequence + i)
+        for i in range(len(pending.records))
+    ]
+
+
+def _resolve(pending: _Pending, ack: BatchAck) -> None:
+    if not pending.future.done():
+        pending.future.set_result(ack)
+
+
+def _fail(batch: Sequence[_Pending], error: Exception) -> None:
+    for pending in batch:
+        if not pending.future.done():
+            pending.future.set_exception(error)

@@ -10,17 +10,26 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response, StreamingResponse
 
-from api.broker.broker import Broker, RecordAck
+from api.broker.broker import Broker, RecordAck, RecordQueued
 from api.deps import BrokerDep
 from api.errors import JSON_TYPE, ApiError, error_body, status_for
 from api.json_stream import JsonValueSplitter
 from api.routes.v3_topics import check_cluster
-from api.wire import V3Record, iso_ms, parse_v3_record
+from api.wire import (
+    ACKS_DESCRIPTION,
+    ACKS_PATTERN,
+    RecordLimits,
+    V3Record,
+    acks_mode,
+    iso_ms,
+    parse_v3_record,
+)
 
 router = APIRouter(prefix="/v3", tags=["v3 records"])
 
@@ -40,6 +49,14 @@ _BODY_DOC = {
                         "key": {"type": "object"},
                         "value": {"type": "object"},
                         "timestamp": {"type": "string", "format": "date-time"},
+                        "producer_id": {
+                            "type": "integer",
+                            "description": "lakelog extension (idempotent produce): with "
+                            "`producer_epoch` and `sequence`, the record is a batch of one; a "
+                            "retry is acknowledged with the original offset, not appended again.",
+                        },
+                        "producer_epoch": {"type": "integer"},
+                        "sequence": {"type": "integer"},
                     },
                 }
             }
@@ -54,20 +71,25 @@ _BODY_DOC = {
     openapi_extra=_BODY_DOC,
 )
 async def produce_records(
-    cluster_id: str, topic: str, request: Request, broker: BrokerDep
+    cluster_id: str,
+    topic: str,
+    request: Request,
+    broker: BrokerDep,
+    acks: Annotated[str, Query(pattern=ACKS_PATTERN, description=ACKS_DESCRIPTION)] = "all",
 ) -> Response:
     check_cluster(cluster_id, broker.settings)
     await broker.topic(topic)
     splitter = JsonValueSplitter(broker.settings.stream_record_bytes_max)
+    produce = _Producer(broker, cluster_id, topic, acks_mode(acks))
     if "content-length" in request.headers and "chunked" not in request.headers.get(
         "transfer-encoding", ""
     ):
         documents = await _read_whole(request, splitter, broker)
         if len(documents) == 1:
-            report = await _produce_one(broker, cluster_id, topic, documents[0])
+            report = await produce(documents[0])
             return Response(orjson.dumps(report), _report_status(report), media_type=JSON_TYPE)
-        return _stream_reports(broker, cluster_id, topic, _aiter(documents))
-    return _stream_reports(broker, cluster_id, topic, splitter.split(request.stream()))
+        return _stream_reports(produce, _aiter(documents))
+    return _stream_reports(produce, splitter.split(request.stream()))
 
 
 async def _read_whole(request: Request, splitter: JsonValueSplitter, broker: Broker) -> list:
@@ -83,15 +105,13 @@ async def _aiter(items) -> AsyncIterator:
         yield item
 
 
-def _stream_reports(broker, cluster_id, topic, documents) -> StreamingResponse:
+def _stream_reports(produce, documents) -> StreamingResponse:
     async def reports():
         pending: asyncio.Queue = asyncio.Queue(PIPELINE_DEPTH_MAX)
 
         async def feed():
             async for document in documents:
-                await pending.put(
-                    asyncio.ensure_future(_produce_one(broker, cluster_id, topic, document))
-                )
+                await pending.put(asyncio.ensure_future(produce(document)))
             await pending.put(None)
 
         feeder = asyncio.ensure_future(feed())
@@ -122,28 +142,39 @@ class DuplexStreamingResponse(StreamingResponse):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def _produce_one(broker: Broker, cluster_id: str, topic: str, document) -> dict:
-    """The delivery report of one record (an error report if it could not be produced)."""
-    try:
-        if isinstance(document, Exception):
-            raise document
-        record = parse_v3_record(document)
-        (result,) = await broker.produce(topic, [record.produce])
-        if isinstance(result, Exception):
-            raise result
-    except Exception as error:
-        return error_body(status_for(error, v3=True)[1], str(error))
-    return _report(cluster_id, topic, record, result)
+class _Producer:
+    """Produces one v3 record document and returns its delivery report."""
+
+    def __init__(self, broker: Broker, cluster_id: str, topic: str, acks: str) -> None:
+        self.broker, self.cluster_id, self.topic, self.acks = broker, cluster_id, topic, acks
+        self.limits = RecordLimits.from_settings(broker.settings)
+
+    async def __call__(self, document) -> dict:
+        """The delivery report of one record (an error report if it could not be produced)."""
+        try:
+            if isinstance(document, Exception):
+                raise document
+            record = parse_v3_record(document, self.limits)
+            (result,) = await self.broker.produce(
+                self.topic, [record.produce], idempotence=record.idempotence, acks=self.acks
+            )
+            if isinstance(result, Exception):
+                raise result
+        except Exception as error:
+            return error_body(status_for(error, v3=True)[1], str(error))
+        return _report(self.cluster_id, self.topic, record, result)
 
 
-def _report(cluster_id: str, topic: str, record: V3Record, ack: RecordAck) -> dict:
+def _report(cluster_id: str, topic: str, record: V3Record, ack: RecordAck | RecordQueued) -> dict:
+    """A delivery report; acks=0 reports 202 with offset and timestamp null."""
+    queued = isinstance(ack, RecordQueued)
     return {
-        "error_code": 200,
+        "error_code": 202 if queued else 200,
         "cluster_id": cluster_id,
         "topic_name": topic,
         "partition_id": ack.partition,
-        "offset": ack.offset,
-        "timestamp": iso_ms(ack.timestamp_ms),
+        "offset": None if queued else ack.offset,
+        "timestamp": None if queued else iso_ms(ack.timestamp_ms),
         "key": _section(record.key_type, record.key_size),
         "value": _section(record.value_type, record.value_size),
     }

@@ -238,3 +238,35 @@ def test_control_without_the_fence_shows_duplicates(nodes_factory):
     rows, history = _paused_leader_scenario(nodes_factory, LAKELOG_UNSAFE_DISABLE_FENCING="true")
     with pytest.raises(AssertionError, match="offsets assigned twice"):
         check_history(rows, history)
+
+
+def test_idempotent_retries_through_a_non_leader_node(nodes_factory):
+    """Sequences are checked by the leader even when the request is forwarded: a retry through
+    the other node gets the original offsets, a gap gets 409 OUT_OF_ORDER_SEQUENCE."""
+    nodes = nodes_factory(2)
+    create(nodes[0].url, "idem", 1)
+    assert produce(nodes[0].url, "idem", [b"first"]).status_code == 200
+    follower = nodes[1 - leaders(nodes[1].url, "idem")[0]]
+    producer = httpx.post(f"{follower.url}/v3/clusters/lakelog/producers", timeout=10).json()
+
+    def send(sequence: int) -> httpx.Response:
+        body = {
+            "producer_id": producer["producer_id"],
+            "producer_epoch": producer["producer_epoch"],
+            "base_sequence": sequence,
+            "records": [{"value": b64(f"idem-{sequence}".encode())}],
+        }
+        return httpx.post(
+            f"{follower.url}/topics/idem/partitions/0",
+            json=body,
+            headers={"Content-Type": BINARY_V2},
+            timeout=10,
+        )
+
+    first, retry = send(0), send(0)
+    assert first.status_code == retry.status_code == 200, (first.text, retry.text)
+    assert first.json()["offsets"] == retry.json()["offsets"]
+    gap = send(5)
+    assert gap.status_code == 409 and gap.json()["offsets"][0]["error_code"] == 40904, gap.text
+    values = [value for _, value in table_rows(follower.data_dir, "idem", 0)]
+    assert values.count(b"idem-0") == 1

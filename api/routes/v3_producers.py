@@ -1,0 +1,48 @@
+"""Idempotent producer ids (lakelog extension): `POST /v3/clusters/{c}/producers`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+from pydantic import BaseModel, Field
+
+from api.deps import BrokerDep
+from api.routes.v3_topics import check_cluster
+
+router = APIRouter(prefix="/v3", tags=["v3 producers"])
+
+
+class InitProducer(BaseModel):
+    transactional_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=249,
+        description="Re-initialising the same id returns the same producer_id with the epoch "
+        "bumped, which fences the previous epoch.",
+    )
+    client_id: str | None = Field(default=None, max_length=249)
+
+
+class ProducerIdResponse(BaseModel):
+    producer_id: int
+    producer_epoch: int
+
+
+@router.post(
+    "/clusters/{cluster_id}/producers",
+    summary="Initialise an idempotent producer (lakelog extension)",
+    description="Returns a producer id and epoch to stamp on produce requests together with "
+    "per-partition sequences (v2 `base_sequence`/`base_sequences`, v3 `sequence`). Ids are "
+    "unique across every gateway node sharing the storage root.",
+    response_model=ProducerIdResponse,
+)
+async def init_producer(
+    cluster_id: str, broker: BrokerDep, body: Annotated[InitProducer | None, Body()] = None
+) -> ProducerIdResponse:
+    check_cluster(cluster_id, broker.settings)
+    body = body or InitProducer()
+    identity = await broker.init_producer(body.transactional_id, body.client_id)
+    return ProducerIdResponse(
+        producer_id=identity.producer_id, producer_epoch=identity.producer_epoch
+    )
