@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
-from deltalake.transaction import AddAction
+from deltalake.transaction import AddAction, RemoveAction
 
 from storage_layout import paths
 from storage_layout.errors import (
@@ -56,12 +56,17 @@ from storage_layout.topic_config import TopicConfig
 # never set delta.setTransactionRetentionDuration: it would expire the offset CAS (invariant 3).
 TABLE_CONFIGURATION = {
     "delta.checkpointInterval": "100",
-    "delta.logRetentionDuration": "interval 7 days",
+    "delta.logRetentionDuration": "interval 1 days",
 }
 # Non-txn conflicts (e.g. a retention DELETE committed under the lease) are retried on a fresh
 # snapshot; the failed attempt committed nothing, so offsets may be assigned again.
 APPEND_ATTEMPTS_MAX = 3
 TAIL_COMMITS_MAX = 256
+CHECKPOINT_INTERVAL = int(TABLE_CONFIGURATION["delta.checkpointInterval"])
+# delta-rs checks for expired log files after every commit by listing all of `_delta_log`,
+# which made a commit cost grow with the table's age (7 ms at version 10, 21 ms at 2 000).
+# Appends skip that check; the writer cleans up expired log files once per checkpoint instead.
+COMMIT_HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 # Producer state is rebuilt on open from at most this many newest data files (FORMAT.md §7).
 PRODUCER_STATE_FILES_MAX = 100
 _PRODUCER_COLUMNS = ("offset", "timestamp", "producer_id", "producer_epoch", "sequence")
@@ -404,7 +409,9 @@ class DeltaPartitionLog:
         self._after_commit(snapshot, data_file, table)
         return AppendResult(base_offset, last_offset, now_ms, self._snapshot.table_version, segment)
 
-    def _write_data_file(self, table: pa.Table, segment: int, now_ms: int):
+    def _write_data_file(
+        self, table: pa.Table, segment: int, now_ms: int, *, data_change: bool = True
+    ):
         relative = f"{PARTITION_COLUMN}={segment}/part-{uuid.uuid4().hex}.zstd.parquet"
         full = paths.join(self._fs_base, relative) if self._fs_base else relative
         try:
@@ -428,7 +435,12 @@ class DeltaPartitionLog:
             has_ids,
         )
         action = AddAction(
-            relative, size, {PARTITION_COLUMN: str(segment)}, now_ms, True, _file_stats(table)
+            relative,
+            size,
+            {PARTITION_COLUMN: str(segment)},
+            now_ms,
+            data_change,
+            _file_stats(table),
         )
         return data_file, action
 
@@ -446,6 +458,7 @@ class DeltaPartitionLog:
                 schema=PARTITION_SCHEMA,
                 partition_by=[PARTITION_COLUMN],
                 commit_properties=properties,
+                post_commithook_properties=COMMIT_HOOKS,
             )
         except CommitFailedError:
             raise
@@ -458,10 +471,10 @@ class DeltaPartitionLog:
             self._dt.update_incremental()
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot refresh {self.table_uri}: {error}") from error
+        self._maybe_cleanup_log()
         if self._dt.version() != before.table_version + 1:
-            self._snapshot = _load_snapshot(
-                self._dt, self._fenced
-            )  # someone else committed too: rebuild
+            # Someone else committed too: rebuild the index from the table.
+            self._snapshot = _load_snapshot(self._dt, self._fenced)
             return
         tail = self._next_tail(before.tail, data_file.min_offset, table)
         self._snapshot = LogSnapshot(
@@ -469,6 +482,77 @@ class DeltaPartitionLog:
             high_watermark=data_file.max_offset + 1,
             files=(*before.files, data_file),
             tail=tail,
+        )
+
+    def _maybe_cleanup_log(self) -> None:
+        """Right after a checkpoint, delete log files older than delta.logRetentionDuration."""
+        if self._dt.version() % CHECKPOINT_INTERVAL != 0:
+            return
+        try:
+            self._dt.cleanup_metadata()
+        except (OSError, DeltaError):
+            pass  # housekeeping only: the next checkpoint tries again
+
+    # ---- small-file compaction ----------------------------------------------------------------
+
+    def maybe_compact_files(self) -> int:
+        """Rewrite a run of small files of one segment as one file, offsets in order.
+
+        Every commit adds a file, and a commit's cost grows with the number of files in the
+        table, so the writer calls this between commits to keep the count (and the commit
+        latency) flat as the partition ages. The rewrite changes no record (`dataChange=false`:
+        streaming readers skip it, appends do not conflict with it) and keeps the run's oldest
+        modification time so `segment.ms` still counts from the segment's first write.
+
+        Returns:
+            The number of files replaced (0 when no run is long enough).
+        """
+        run = _small_file_run(self._snapshot.files)
+        if not run:
+            return 0
+        table = pa.concat_tables([self._read_whole_file(f) for f in run])
+        oldest_ms = min(f.modification_time_ms for f in run)
+        merged, add = self._write_data_file(table, run[0].segment, oldest_ms, data_change=False)
+        removes = [_remove_action(f) for f in run]
+        try:
+            self._dt.create_write_transaction(
+                [*removes, add],
+                mode="append",
+                schema=PARTITION_SCHEMA,
+                partition_by=[PARTITION_COLUMN],
+                post_commithook_properties=COMMIT_HOOKS,
+            )
+        except (OSError, DeltaError):
+            self.reload()  # e.g. retention removed these files meanwhile: try again later
+            return 0
+        self._after_compaction(run, merged)
+        return len(run)
+
+    def _read_whole_file(self, data_file: DataFile) -> pa.Table:
+        path = paths.join(self._fs_base, data_file.path) if self._fs_base else data_file.path
+        try:
+            return pq.read_table(path, filesystem=self._fs).select(FILE_SCHEMA.names)
+        except OSError as error:
+            raise StorageUnavailable(
+                f"Cannot read {self.table_uri}/{data_file.path}: {error}"
+            ) from error
+
+    def _after_compaction(self, run: list[DataFile], merged: DataFile) -> None:
+        before = self._snapshot
+        try:
+            self._dt.update_incremental()
+        except (OSError, DeltaError) as error:
+            raise StorageUnavailable(f"Cannot refresh {self.table_uri}: {error}") from error
+        if self._dt.version() != before.table_version + 1:
+            self._snapshot = _load_snapshot(self._dt, self._fenced)
+            return
+        replaced = {f.path for f in run}
+        files = sorted(
+            [f for f in before.files if f.path not in replaced] + [merged],
+            key=lambda f: f.min_offset,
+        )
+        self._snapshot = LogSnapshot(
+            before.table_version + 1, before.high_watermark, tuple(files), before.tail
         )
 
     def _next_tail(self, tail, base_offset: int, table: pa.Table) -> tuple[TailChunk, ...]:
@@ -701,3 +785,37 @@ def load_table(table_uri: str) -> DeltaTable:
         raise CorruptPartition(f"No Delta table at {table_uri}: {error}") from error
     except (OSError, DeltaError) as error:
         raise StorageUnavailable(f"Cannot load table {table_uri}: {error}") from error
+
+
+# Files below this size are "small"; a run of COMPACT_FILES_MIN of them in one segment is
+# rewritten as one file. 32 keeps a partition near 32 + (segments) files whatever its age.
+SMALL_FILE_BYTES = 16 * 1024 * 1024
+COMPACT_FILES_MIN = 32
+
+
+def _small_file_run(files: tuple[DataFile, ...]) -> list[DataFile]:
+    """The first run of at least COMPACT_FILES_MIN consecutive small files of one segment."""
+    run: list[DataFile] = []
+    for data_file in files:
+        contiguous = run and run[-1].segment == data_file.segment
+        if data_file.size_bytes < SMALL_FILE_BYTES and (contiguous or not run):
+            run.append(data_file)
+        elif data_file.size_bytes < SMALL_FILE_BYTES:
+            if len(run) >= COMPACT_FILES_MIN:
+                return run
+            run = [data_file]
+        else:
+            if len(run) >= COMPACT_FILES_MIN:
+                return run
+            run = []
+    return run if len(run) >= COMPACT_FILES_MIN else []
+
+
+def _remove_action(data_file: DataFile) -> RemoveAction:
+    return RemoveAction(
+        data_file.path,
+        False,
+        int(time.time() * 1000),
+        data_file.size_bytes,
+        {PARTITION_COLUMN: str(data_file.segment)},
+    )

@@ -17,6 +17,7 @@ blocking Delta commit runs on the shared executor, one commit at a time per part
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +30,8 @@ from storage_layout.errors import AppendConflict, LeadershipConflict
 from storage_layout.producer_state import Duplicate, ProducerBatch, ProducerStates
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig
+
+log = logging.getLogger("lakelog.writer")
 
 # Test-only fault point (conf/settings.py `fault_point`): exit right after a durable commit,
 # before any waiting request is answered, to test retries after an ambiguous failure.
@@ -194,6 +197,16 @@ class PartitionWriter:
         for pending, duplicate in plan.echoes:
             _resolve(pending, BatchAck(duplicate.base_offset + shift, len(pending.records), now_ms))
         self._wake_fetchers()
+        await self._maybe_compact_files()
+
+    async def _maybe_compact_files(self) -> None:
+        """Between commits (so never racing this writer's own appends), merge small files: the
+        cost of a commit grows with the number of files in the table."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self.log.maybe_compact_files)
+        except Exception:  # an optimization only: appends go on, the next round retries
+            log.exception("small-file compaction of %s failed", self.log.table_uri)
 
     def _check_can_write(self) -> None:
         if self.deposed:
