@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
@@ -67,6 +68,9 @@ CHECKPOINT_INTERVAL = int(TABLE_CONFIGURATION["delta.checkpointInterval"])
 # which made a commit cost grow with the table's age (7 ms at version 10, 21 ms at 2 000).
 # Appends skip that check; the writer cleans up expired log files once per checkpoint instead.
 COMMIT_HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+# Log files older than the previous checkpoint are kept this long for readers that pinned a
+# version (a Spark batch read plans on one); then they go (see `_maybe_cleanup_log`).
+LOG_GRACE_MS = 30_000
 # Producer state is rebuilt on open from at most this many newest data files (FORMAT.md §7).
 PRODUCER_STATE_FILES_MAX = 100
 _PRODUCER_COLUMNS = ("offset", "timestamp", "producer_id", "producer_epoch", "sequence")
@@ -485,13 +489,32 @@ class DeltaPartitionLog:
         )
 
     def _maybe_cleanup_log(self) -> None:
-        """Right after a checkpoint, delete log files older than delta.logRetentionDuration."""
-        if self._dt.version() % CHECKPOINT_INTERVAL != 0:
+        """Right after a checkpoint, bound `_delta_log`: delete the commits and checkpoints
+        older than the previous checkpoint once they are LOG_GRACE_MS old.
+
+        This is Delta's own log cleanup with a retention bounded by count as well as time: a
+        time-only retention lets the directory grow with the commit rate, and every commit
+        pays for its size. Readers of the latest snapshot need only the newest checkpoint and
+        the commits after it; the grace period covers readers that pinned a recent version.
+        """
+        version = self._dt.version()
+        if version % CHECKPOINT_INTERVAL != 0 or version < 2 * CHECKPOINT_INTERVAL:
             return
         try:
-            self._dt.cleanup_metadata()
-        except (OSError, DeltaError):
+            self._delete_log_files_before(version - CHECKPOINT_INTERVAL)
+        except OSError:
             pass  # housekeeping only: the next checkpoint tries again
+
+    def _delete_log_files_before(self, keep_from_version: int) -> None:
+        log_dir = paths.join(self._fs_base, "_delta_log") if self._fs_base else "_delta_log"
+        cutoff_s = time.time() - LOG_GRACE_MS / 1000
+        for info in self._fs.get_file_info(pafs.FileSelector(log_dir)):
+            name = info.path.rsplit("/", 1)[-1]
+            head = name.split(".", 1)[0]
+            if not (head.isdigit() and (name.endswith(".json") or ".checkpoint." in name)):
+                continue
+            if int(head) < keep_from_version and info.mtime.timestamp() < cutoff_s:
+                self._fs.delete_file(info.path)
 
     # ---- small-file compaction ----------------------------------------------------------------
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections import Counter
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from storage_layout import delta_log
 from storage_layout.delta_log import COMPACT_FILES_MIN, DeltaPartitionLog
 from storage_layout.errors import (
     AppendConflict,
@@ -252,3 +254,24 @@ def test_compaction_leaves_short_runs_alone(table_uri):
         log.append(records(1), config=CONFIG)
     assert log.maybe_compact_files() == 0
     assert len(log.snapshot.files) == 3
+
+
+def test_log_is_bounded_after_checkpoints(table_uri, monkeypatch):
+    """After each checkpoint the leader deletes log files older than the previous checkpoint
+    (past the grace period): the log stays bounded and the table stays readable."""
+    monkeypatch.setattr(delta_log, "LOG_GRACE_MS", 0)
+    log = DeltaPartitionLog.open(table_uri)
+    for _ in range(3 * delta_log.CHECKPOINT_INTERVAL + 5):
+        log.append(records(1), config=CONFIG)
+        log.maybe_compact_files()
+    versions = sorted(
+        int(name.split(".")[0])
+        for name in os.listdir(os.path.join(table_uri, "_delta_log"))
+        if name.endswith(".json")
+    )
+    assert versions[0] == 2 * delta_log.CHECKPOINT_INTERVAL
+    reopened = DeltaPartitionLog.open(table_uri)
+    assert reopened.bounds().high_watermark == 3 * delta_log.CHECKPOINT_INTERVAL + 5
+    assert (
+        DeltaTable(table_uri).to_pyarrow_table().num_rows == 3 * delta_log.CHECKPOINT_INTERVAL + 5
+    )
