@@ -72,6 +72,15 @@ class NodeRegistry:
         except OSError as error:
             raise StorageUnavailable(f"Cannot write node record {final}: {error}") from error
 
+    def remove(self, node_id: int) -> None:
+        """Delete a node's record: a node that has left on purpose is dead at once."""
+        try:
+            self._fs.delete_file(self._path(f"{node_id}.json"))
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            raise StorageUnavailable(f"Cannot remove node record {node_id}: {error}") from error
+
     def read_all(self) -> dict[int, NodeRecord]:
         """Every node's last record (unreadable or torn files are skipped)."""
         try:

@@ -165,6 +165,8 @@ class Broker:
             self._maintenance.cancel()
         if self.leaders is not None:
             await self.leaders.close()
+        if self.cluster is not None:
+            await self._blocking(self.cluster.leave)
         if self._http is not None:
             await self._http.aclose()
         self._executor.shutdown(wait=True)

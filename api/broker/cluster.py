@@ -38,7 +38,10 @@ class NodeLiveness:
         self._urls: dict[int, str] = {}
 
     def observe(self, records: dict[int, NodeRecord]) -> None:
+        """Update from every node's record; a node whose record is gone has left: dead."""
         now = self._clock()
+        for gone in set(self._last) - set(records):
+            del self._last[gone]
         for node_id, record in records.items():
             seen = self._last.get(node_id)
             if seen is None or (record.heartbeat, record.incarnation) != seen[:2]:
@@ -82,6 +85,10 @@ class Cluster:
         self._registry.write(record)
         self._last_renewed = time.monotonic()
         self._liveness.observe(self._registry.read_all())
+
+    def leave(self) -> None:
+        """Remove this node's record on a clean stop: others see it gone at once."""
+        self._registry.remove(self.node_id)
 
     def can_lead(self) -> bool:
         """False once this node has not renewed for most of a lease: it must stop writing
