@@ -55,7 +55,8 @@ from tests.gateway_process import GatewayProcess, start_gateway  # noqa: E402
 PRODUCE_TYPE = "application/vnd.kafka.binary.v2+json"
 CLUSTER = "lakelog"
 VALUE_BYTES = 100
-LATENCY_RATES = ((100, 1), (1000, 1), (10000, 25))  # (records/s, records per request)
+# (records/s, records per request): 1 000/s both unbatched and as a batching client would send it
+LATENCY_RATES = ((100, 1), (1000, 1), (1000, 10), (10000, 25))
 LATENCY_GOAL_RATE, LATENCY_GOAL_P99_MS = 1000, 50.0
 RATE_REACHED = 0.95  # achieved/target below this: "target not reached"
 NODE_COUNTS = (1, 2, 3)
@@ -155,7 +156,7 @@ class LatencyResult:
 
 
 def bench_latency(url: str, rate: int, batch: int, seconds: float) -> LatencyResult:
-    topic = f"latency-{rate}"
+    topic = f"latency-{rate}-{batch}"
     create_topic(url, topic, 1)
     with httpx.Client(base_url=url, timeout=30) as client:  # warm the partition up
         for _ in range(3):

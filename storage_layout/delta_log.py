@@ -65,11 +65,12 @@ APPEND_ATTEMPTS_MAX = 3
 TAIL_COMMITS_MAX = 256
 CHECKPOINT_INTERVAL = int(TABLE_CONFIGURATION["delta.checkpointInterval"])
 # delta-rs checks for expired log files after every commit by listing all of `_delta_log`,
-# which made a commit cost grow with the table's age (7 ms at version 10, 21 ms at 2 000).
-# Appends skip that check; the writer cleans up expired log files once per checkpoint instead.
-COMMIT_HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+# which made a commit cost grow with the table's age (7 ms at version 10, 21 ms at 2 000), and
+# writes checkpoints inline (a latency spike every 100 commits). Appends skip both; the
+# `housekeeping` pass (run by the writer in the background) checkpoints and trims the log.
+COMMIT_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 # Log files older than the previous checkpoint are kept this long for readers that pinned a
-# version (a Spark batch read plans on one); then they go (see `_maybe_cleanup_log`).
+# version (a Spark batch read plans on one); then they go (see `housekeeping`).
 LOG_GRACE_MS = 30_000
 # Producer state is rebuilt on open from at most this many newest data files (FORMAT.md §7).
 PRODUCER_STATE_FILES_MAX = 100
@@ -158,6 +159,8 @@ class DeltaPartitionLog:
         self._tail_records_max = tail_records_max
         self._snapshot = _load_snapshot(dt, fenced)
         self._held: Leadership | None = None  # leadership this writer asserts in every append
+        self._upkeep_dt: DeltaTable | None = None  # housekeeping's own view of the table
+        self._checkpointed_version = 0
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -475,12 +478,15 @@ class DeltaPartitionLog:
             self._dt.update_incremental()
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot refresh {self.table_uri}: {error}") from error
-        self._maybe_cleanup_log()
-        if self._dt.version() != before.table_version + 1:
-            # Someone else committed too: rebuild the index from the table.
-            self._snapshot = _load_snapshot(self._dt, self._fenced)
-            return
         tail = self._next_tail(before.tail, data_file.min_offset, table)
+        if self._dt.version() != before.table_version + 1:
+            # Other commits landed too (housekeeping rewrote files; appends of others would
+            # have failed our CAS): re-read the file index; the records are unchanged.
+            rebuilt = _load_snapshot(self._dt, self._fenced)
+            self._snapshot = LogSnapshot(
+                rebuilt.table_version, rebuilt.high_watermark, rebuilt.files, tail
+            )
+            return
         self._snapshot = LogSnapshot(
             table_version=before.table_version + 1,
             high_watermark=data_file.max_offset + 1,
@@ -488,22 +494,60 @@ class DeltaPartitionLog:
             tail=tail,
         )
 
-    def _maybe_cleanup_log(self) -> None:
-        """Right after a checkpoint, bound `_delta_log`: delete the commits and checkpoints
-        older than the previous checkpoint once they are LOG_GRACE_MS old.
+    def housekeeping(self) -> int:
+        """Keep the table cheap to commit to: merge small files, checkpoint, trim the log.
 
-        This is Delta's own log cleanup with a retention bounded by count as well as time: a
-        time-only retention lets the directory grow with the commit rate, and every commit
-        pays for its size. Readers of the latest snapshot need only the newest checkpoint and
-        the commits after it; the grace period covers readers that pinned a recent version.
+        Safe to run in another thread while this log appends: it works on a DeltaTable of its
+        own and never touches this log's snapshot (the next append sees its commits as a
+        version jump and re-reads the file index). The compaction changes no record
+        (`dataChange=false`), so appends do not conflict with it.
+
+        After each checkpoint the commit files and checkpoints older than the *previous*
+        checkpoint are deleted once LOG_GRACE_MS old: Delta's own log cleanup with a retention
+        bounded by count as well as time, so `_delta_log` does not grow with the commit rate.
+
+        Returns:
+            The number of data files merged away.
         """
-        version = self._dt.version()
-        if version % CHECKPOINT_INTERVAL != 0 or version < 2 * CHECKPOINT_INTERVAL:
-            return
+        dt = self._upkeep_table()
         try:
-            self._delete_log_files_before(version - CHECKPOINT_INTERVAL)
-        except OSError:
-            pass  # housekeeping only: the next checkpoint tries again
+            dt.update_incremental()
+            merged = self._compact_run(dt, _small_file_run(tuple(_sorted_files(dt))))
+            self._checkpoint_and_trim(dt)
+        except (OSError, DeltaError):
+            self._upkeep_dt = None  # reload from scratch next time
+            return 0
+        return merged
+
+    def _upkeep_table(self) -> DeltaTable:
+        if self._upkeep_dt is None:
+            self._upkeep_dt = DeltaTable(self.table_uri)
+        return self._upkeep_dt
+
+    def _compact_run(self, dt: DeltaTable, run: list[DataFile]) -> int:
+        if not run:
+            return 0
+        table = pa.concat_tables([self._read_whole_file(f) for f in run])
+        oldest_ms = min(f.modification_time_ms for f in run)
+        _, add = self._write_data_file(table, run[0].segment, oldest_ms, data_change=False)
+        dt.create_write_transaction(
+            [*(_remove_action(f) for f in run), add],
+            mode="append",
+            schema=PARTITION_SCHEMA,
+            partition_by=[PARTITION_COLUMN],
+            post_commithook_properties=COMMIT_HOOKS,
+        )
+        dt.update_incremental()
+        return len(run)
+
+    def _checkpoint_and_trim(self, dt: DeltaTable) -> None:
+        version = dt.version()
+        if version - self._checkpointed_version < CHECKPOINT_INTERVAL:
+            return
+        dt.create_checkpoint()
+        previous, self._checkpointed_version = self._checkpointed_version, version
+        if previous > 0:
+            self._delete_log_files_before(previous)
 
     def _delete_log_files_before(self, keep_from_version: int) -> None:
         log_dir = paths.join(self._fs_base, "_delta_log") if self._fs_base else "_delta_log"
@@ -759,6 +803,10 @@ def _load_snapshot(dt: DeltaTable, fenced: bool = True) -> LogSnapshot:
             f"high watermark is {high_watermark}."
         )
     return LogSnapshot(dt.version(), high_watermark, tuple(files))
+
+
+def _sorted_files(dt: DeltaTable) -> list[DataFile]:
+    return sorted(_data_files(dt), key=lambda f: f.min_offset)
 
 
 def _data_files(dt: DeltaTable) -> list[DataFile]:

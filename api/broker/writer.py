@@ -37,6 +37,7 @@ log = logging.getLogger("lakelog.writer")
 # before any waiting request is answered, to test retries after an ambiguous failure.
 FAULT_AFTER_COMMIT_BEFORE_ACK = "after_commit_before_ack"
 FAULT_EXIT_CODE = 75
+UPKEEP_EVERY_COMMITS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,8 @@ class PartitionWriter:
         self._wakeup = asyncio.Event()
         self._appended = asyncio.Event()
         self._closed = False
+        self._commits_since_upkeep = 0
+        self._upkeep: asyncio.Future | None = None
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def append(
@@ -140,6 +143,8 @@ class PartitionWriter:
         self._closed = True
         self._wakeup.set()
         await self._task
+        if self._upkeep is not None:
+            await asyncio.gather(self._upkeep, return_exceptions=True)
 
     async def _run(self) -> None:
         while True:
@@ -197,16 +202,20 @@ class PartitionWriter:
         for pending, duplicate in plan.echoes:
             _resolve(pending, BatchAck(duplicate.base_offset + shift, len(pending.records), now_ms))
         self._wake_fetchers()
-        await self._maybe_compact_files()
+        self._maybe_start_housekeeping()
 
-    async def _maybe_compact_files(self) -> None:
-        """Between commits (so never racing this writer's own appends), merge small files: the
-        cost of a commit grows with the number of files in the table."""
+    def _maybe_start_housekeeping(self) -> None:
+        """Every UPKEEP_EVERY_COMMITS commits, merge small files, checkpoint and trim the log
+        in the background (the cost of a commit grows with files and log entries); appends
+        go on meanwhile: the housekeeping commits change no record and do not conflict."""
+        self._commits_since_upkeep += 1
+        running = self._upkeep is not None and not self._upkeep.done()
+        if self._commits_since_upkeep < UPKEEP_EVERY_COMMITS or running:
+            return
+        self._commits_since_upkeep = 0
         loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(self._executor, self.log.maybe_compact_files)
-        except Exception:  # an optimization only: appends go on, the next round retries
-            log.exception("small-file compaction of %s failed", self.log.table_uri)
+        self._upkeep = loop.run_in_executor(self._executor, self.log.housekeeping)
+        self._upkeep.add_done_callback(_report_upkeep_failure)
 
     def _check_can_write(self) -> None:
         if self.deposed:
@@ -281,3 +290,8 @@ def _fail(batch: Sequence[_Pending], error: Exception) -> None:
     for pending in batch:
         if not pending.future.done():
             pending.future.set_exception(error)
+
+
+def _report_upkeep_failure(future: asyncio.Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("housekeeping failed: %r", future.exception())

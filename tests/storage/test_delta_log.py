@@ -256,22 +256,27 @@ def test_compaction_leaves_short_runs_alone(table_uri):
     assert len(log.snapshot.files) == 3
 
 
-def test_log_is_bounded_after_checkpoints(table_uri, monkeypatch):
-    """After each checkpoint the leader deletes log files older than the previous checkpoint
-    (past the grace period): the log stays bounded and the table stays readable."""
+def test_housekeeping_bounds_the_log_and_the_files(table_uri, monkeypatch):
+    """Housekeeping (run by the writer in the background) checkpoints, deletes log files older
+    than the previous checkpoint, and merges small files; the table stays whole and readable,
+    and the writer's next append sees its commits."""
     monkeypatch.setattr(delta_log, "LOG_GRACE_MS", 0)
     log = DeltaPartitionLog.open(table_uri)
-    for _ in range(3 * delta_log.CHECKPOINT_INTERVAL + 5):
+    total = 3 * delta_log.CHECKPOINT_INTERVAL + 5
+    for index in range(total):
         log.append(records(1), config=CONFIG)
-        log.maybe_compact_files()
+        if index % 10 == 9:
+            log.housekeeping()
+    log.housekeeping()
     versions = sorted(
         int(name.split(".")[0])
         for name in os.listdir(os.path.join(table_uri, "_delta_log"))
         if name.endswith(".json")
     )
-    assert versions[0] == 2 * delta_log.CHECKPOINT_INTERVAL
-    reopened = DeltaPartitionLog.open(table_uri)
-    assert reopened.bounds().high_watermark == 3 * delta_log.CHECKPOINT_INTERVAL + 5
-    assert (
-        DeltaTable(table_uri).to_pyarrow_table().num_rows == 3 * delta_log.CHECKPOINT_INTERVAL + 5
-    )
+    assert versions[0] >= delta_log.CHECKPOINT_INTERVAL
+    assert len(DeltaPartitionLog.open(table_uri).snapshot.files) < COMPACT_FILES_MIN + 10
+    assert log.append(records(1), config=CONFIG).base_offset == total
+    assert DeltaPartitionLog.open(table_uri).bounds().high_watermark == total + 1
+    assert DeltaTable(table_uri).to_pyarrow_table().num_rows == total + 1
+    fetched = log.read(from_offset=0, records_max=total + 1, bytes_max=10**9).records
+    assert fetched.column("offset").to_pylist() == list(range(total + 1))
