@@ -71,7 +71,7 @@ CHECKPOINT_INTERVAL = int(TABLE_CONFIGURATION["delta.checkpointInterval"])
 COMMIT_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 # Log files older than the previous checkpoint are kept this long for readers that pinned a
 # version (a Spark batch read plans on one); then they go (see `housekeeping`).
-LOG_GRACE_MS = 30_000
+LOG_GRACE_MS = 10_000
 # Producer state is rebuilt on open from at most this many newest data files (FORMAT.md §7).
 PRODUCER_STATE_FILES_MAX = 100
 _PRODUCER_COLUMNS = ("offset", "timestamp", "producer_id", "producer_epoch", "sequence")
