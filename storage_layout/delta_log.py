@@ -563,37 +563,24 @@ class DeltaPartitionLog:
     # ---- small-file compaction ----------------------------------------------------------------
 
     def maybe_compact_files(self) -> int:
-        """Rewrite a run of small files of one segment as one file, offsets in order.
-
-        Every commit adds a file, and a commit's cost grows with the number of files in the
-        table, so the writer calls this between commits to keep the count (and the commit
-        latency) flat as the partition ages. The rewrite changes no record (`dataChange=false`:
-        streaming readers skip it, appends do not conflict with it) and keeps the run's oldest
-        modification time so `segment.ms` still counts from the segment's first write.
+        """Housekeeping's small-file compaction, run on this log's own table and snapshot
+        (for tools and tests that drive a log directly, between their appends).
 
         Returns:
             The number of files replaced (0 when no run is long enough).
         """
-        run = _small_file_run(self._snapshot.files)
-        if not run:
-            return 0
-        table = pa.concat_tables([self._read_whole_file(f) for f in run])
-        oldest_ms = min(f.modification_time_ms for f in run)
-        merged, add = self._write_data_file(table, run[0].segment, oldest_ms, data_change=False)
-        removes = [_remove_action(f) for f in run]
         try:
-            self._dt.create_write_transaction(
-                [*removes, add],
-                mode="append",
-                schema=PARTITION_SCHEMA,
-                partition_by=[PARTITION_COLUMN],
-                post_commithook_properties=COMMIT_HOOKS,
-            )
+            merged = self._compact_run(self._dt, _small_file_run(self._snapshot.files))
         except (OSError, DeltaError):
             self.reload()  # e.g. retention removed these files meanwhile: try again later
             return 0
-        self._after_compaction(run, merged)
-        return len(run)
+        if merged:
+            tail = self._snapshot.tail
+            rebuilt = _load_snapshot(self._dt, self._fenced)
+            self._snapshot = LogSnapshot(
+                rebuilt.table_version, rebuilt.high_watermark, rebuilt.files, tail
+            )
+        return merged
 
     def _read_whole_file(self, data_file: DataFile) -> pa.Table:
         path = paths.join(self._fs_base, data_file.path) if self._fs_base else data_file.path
@@ -603,24 +590,6 @@ class DeltaPartitionLog:
             raise StorageUnavailable(
                 f"Cannot read {self.table_uri}/{data_file.path}: {error}"
             ) from error
-
-    def _after_compaction(self, run: list[DataFile], merged: DataFile) -> None:
-        before = self._snapshot
-        try:
-            self._dt.update_incremental()
-        except (OSError, DeltaError) as error:
-            raise StorageUnavailable(f"Cannot refresh {self.table_uri}: {error}") from error
-        if self._dt.version() != before.table_version + 1:
-            self._snapshot = _load_snapshot(self._dt, self._fenced)
-            return
-        replaced = {f.path for f in run}
-        files = sorted(
-            [f for f in before.files if f.path not in replaced] + [merged],
-            key=lambda f: f.min_offset,
-        )
-        self._snapshot = LogSnapshot(
-            before.table_version + 1, before.high_watermark, tuple(files), before.tail
-        )
 
     def _next_tail(self, tail, base_offset: int, table: pa.Table) -> tuple[TailChunk, ...]:
         if self._tail_records_max <= 0:
