@@ -209,10 +209,6 @@ def _configs(pairs: list[str]) -> list[dict]:
     return configs
 
 
-def _topics_path(*parts: str) -> str:
-    return "/".join(["/v3/clusters/lakelog/topics", *parts])
-
-
 # ---- topics --------------------------------------------------------------------------------
 
 

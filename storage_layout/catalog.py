@@ -17,10 +17,10 @@ import uuid
 from dataclasses import dataclass
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake import CommitProperties, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError
 
-from storage_layout import paths
+from storage_layout import meta_tables, paths
 from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import (
     InvalidPartitions,
@@ -35,7 +35,6 @@ from storage_layout.topic_config import TopicConfig, validate_topic_name
 
 TOPICS_TABLE = "topics"
 PARTITIONS_MAX = 10_000
-CATALOG_FILES_MAX = 32
 STATE_ACTIVE = "active"
 STATE_DELETED = "deleted"
 
@@ -75,19 +74,9 @@ class TopicCatalog:
         self.root = paths.normalize_root(root)
         self._uri = paths.meta_table_uri(self.root, TOPICS_TABLE)
         self._lock = threading.Lock()
-        self._dt = self._open_or_create()
+        self._dt = meta_tables.open_or_create(self._uri, CATALOG_SCHEMA)
         self._cached_version = -1
         self._cached: dict[str, TopicInfo] = {}
-
-    def _open_or_create(self) -> DeltaTable:
-        try:
-            return DeltaTable(self._uri)
-        except TableNotFoundError:
-            pass
-        try:
-            return DeltaTable.create(self._uri, CATALOG_SCHEMA, mode="ignore")
-        except (OSError, DeltaError) as error:
-            raise StorageUnavailable(f"Cannot create the catalog {self._uri}: {error}") from error
 
     # ---- reads -----------------------------------------------------------------------------
 
@@ -114,16 +103,6 @@ class TopicCatalog:
             raise StorageUnavailable(f"Cannot read the topic catalog: {error}") from error
         self._cached, self._cached_version = _latest_rows(rows), version
         return self._cached
-
-    def _maybe_compact(self) -> None:
-        """Keep the catalog a few files: one file per change would make every read slower.
-        Compaction does not change data (dataChange=false), so it never conflicts with a
-        concurrent catalog change."""
-        try:
-            if pa.table(self._dt.get_add_actions()).num_rows > CATALOG_FILES_MAX:
-                self._dt.optimize.compact()
-        except (OSError, DeltaError):
-            pass  # an optimization only: the next change tries again
 
     # ---- changes ---------------------------------------------------------------------------
 
@@ -204,7 +183,7 @@ class TopicCatalog:
             raise on_conflict from error
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot write the topic catalog: {error}") from error
-        self._maybe_compact()
+        meta_tables.maybe_compact(self._dt)
 
 
 def check_partition_count(partitions: int) -> None:

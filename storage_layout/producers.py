@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake import CommitProperties, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError
 
-from storage_layout import paths
+from storage_layout import meta_tables, paths
 from storage_layout.errors import StorageUnavailable
 from storage_layout.producer_state import EPOCH_MAX
 from storage_layout.schema import TIMESTAMP_TYPE
@@ -29,7 +29,6 @@ from storage_layout.schema import TIMESTAMP_TYPE
 PRODUCERS_TABLE = "producers"
 ID_APP_ID = "producer_ids"
 ALLOCATE_ATTEMPTS_MAX = 20
-PRODUCER_FILES_MAX = 32
 
 PRODUCERS_SCHEMA = pa.schema(
     [
@@ -56,17 +55,7 @@ class ProducerIdAllocator:
     def __init__(self, root: str) -> None:
         self._uri = paths.meta_table_uri(paths.normalize_root(root), PRODUCERS_TABLE)
         self._lock = threading.Lock()
-        self._dt = self._open_or_create()
-
-    def _open_or_create(self) -> DeltaTable:
-        try:
-            return DeltaTable(self._uri)
-        except TableNotFoundError:
-            pass
-        try:
-            return DeltaTable.create(self._uri, PRODUCERS_SCHEMA, mode="ignore")
-        except (OSError, DeltaError) as error:
-            raise StorageUnavailable(f"Cannot create {self._uri}: {error}") from error
+        self._dt = meta_tables.open_or_create(self._uri, PRODUCERS_SCHEMA)
 
     def init_producer(
         self, transactional_id: str | None = None, client_id: str | None = None
@@ -111,7 +100,7 @@ class ProducerIdAllocator:
             raise
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot write {self._uri}: {error}") from error
-        self._maybe_compact()
+        meta_tables.maybe_compact(self._dt)
         return identity
 
     def _refresh(self) -> None:
@@ -139,15 +128,6 @@ class ProducerIdAllocator:
             )
         )
         return ProducerIdentity(*best)
-
-    def _maybe_compact(self) -> None:
-        """Keep the table a few files (one per allocation would slow every read)."""
-        try:
-            if pa.table(self._dt.get_add_actions()).num_rows > PRODUCER_FILES_MAX:
-                self._dt.optimize.compact()
-        except (OSError, DeltaError):
-            pass  # an optimization only: the next allocation tries again
-
 
 def _transactional_app_id(transactional_id: str) -> str:
     return f"producer/{transactional_id}"

@@ -45,12 +45,6 @@ class FetchResult:
     log_start_offset: int
     high_watermark: int
 
-    @property
-    def next_offset(self) -> int:
-        if self.records.num_rows == 0:
-            return -1
-        return self.records.column("offset")[-1].as_py() + 1
-
 
 @dataclass(frozen=True, slots=True)
 class PartitionBounds:

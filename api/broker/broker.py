@@ -249,13 +249,13 @@ class Broker:
         self._topics_loaded_at = time.monotonic()
 
     async def partition_bounds(self, topic_name: str, partition: int) -> PartitionBounds:
-        """log_start_offset and high watermark, from the leader's log or the shared table."""
+        """log_start_offset and high watermark from the leader's loaded snapshot (O(1)).
+
+        Raises:
+            NotLeader: another node leads the partition (routes proxy to it first).
+        """
         (await self.topic(topic_name)).check_partition(partition)
-        route = await self.leaders.route(topic_name, partition)
-        if route.writer is not None:
-            return route.writer.log.bounds()
-        uri = paths.partition_table_uri(self.root, topic_name, partition)
-        return (await self._blocking(DeltaPartitionLog.open, uri, tail_records_max=0)).bounds()
+        return (await self.leaders.writer(topic_name, partition)).log.bounds()
 
     async def partition_leader(self, topic_name: str, partition: int) -> int | None:
         """The node that leads the partition (None if it has never been written)."""

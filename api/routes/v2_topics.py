@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from starlette.responses import Response
 
 from api.broker.broker import Broker
 from api.deps import BrokerDep
+from api.forwarding import proxy_to_leader
 from storage_layout.catalog import TopicInfo
 
 router = APIRouter(tags=["v2 topics"])
@@ -54,8 +56,14 @@ async def get_partition(topic: str, partition: int, broker: BrokerDep) -> dict:
 @router.get(
     "/topics/{topic}/partitions/{partition}/offsets",
     summary="log_start_offset (beginning) and high watermark (end) of a partition",
+    response_model=None,
 )
-async def get_partition_offsets(topic: str, partition: int, broker: BrokerDep) -> dict:
+async def get_partition_offsets(
+    topic: str, partition: int, request: Request, broker: BrokerDep
+) -> dict | Response:
+    leader_url = await broker.remote_leader_url(topic, partition)
+    if leader_url is not None:  # the leader's snapshot is current; ours would need a reload
+        return await proxy_to_leader(request, broker, leader_url)
     bounds = await broker.partition_bounds(topic, partition)
     return {"beginning_offset": bounds.log_start_offset, "end_offset": bounds.high_watermark}
 

@@ -163,6 +163,11 @@ def test_any_node_accepts_writes_and_leadership_spreads(nodes_factory):
             timeout=10,
         ).json()
         assert [r["offset"] for r in fetched] == list(range(9))
+        for node in nodes:  # the leader answers; the others proxy to it
+            offsets = httpx.get(
+                f"{node.url}/topics/spread/partitions/{partition}/offsets", timeout=10
+            ).json()
+            assert offsets == {"beginning_offset": 0, "end_offset": 9}
 
 
 @pytest.mark.parametrize("node_count", [2, 3])

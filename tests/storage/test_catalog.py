@@ -7,9 +7,10 @@ import pytest
 from deltalake import DeltaTable
 
 from storage_layout import paths
-from storage_layout.catalog import CATALOG_FILES_MAX, TopicCatalog
+from storage_layout.catalog import TopicCatalog
 from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import InvalidPartitions, InvalidTopic, TopicExists, TopicNotFound
+from storage_layout.meta_tables import META_FILES_MAX
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig
 
@@ -72,5 +73,5 @@ def test_catalog_stays_a_few_files(tmp_path):
     for index in range(40):
         catalog.create_topic(f"t{index}", 1, TopicConfig())
     files = pa.table(DeltaTable(paths.meta_table_uri(str(tmp_path), "topics")).get_add_actions())
-    assert files.num_rows <= CATALOG_FILES_MAX + 1
+    assert files.num_rows <= META_FILES_MAX + 1
     assert sorted(TopicCatalog(str(tmp_path)).topics()) == sorted(f"t{i}" for i in range(40))
