@@ -27,7 +27,7 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Tr
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction
 
-from storage_layout import paths
+from storage_layout import log_commit, paths
 from storage_layout.errors import (
     AppendConflict,
     CorruptPartition,
@@ -156,6 +156,10 @@ class DeltaPartitionLog:
         self._fenced = fenced  # False only in the control runs of the fault tests
         self._dt = dt
         self._fs, self._fs_base = _filesystem(table_uri)
+        # Local fenced tables commit appends directly (log_commit.py); `_dt` is then refreshed
+        # only by `reload`. The unfenced control runs keep delta-rs: no txn, no put-if-absent.
+        self._direct = fenced and paths.is_local(table_uri)
+        self._log_dir = paths.join(self._fs_base, log_commit.LOG_DIR) if self._direct else ""
         self._tail_records_max = tail_records_max
         self._snapshot = _load_snapshot(dt, fenced)
         self._held: Leadership | None = None  # leadership this writer asserts in every append
@@ -195,7 +199,12 @@ class DeltaPartitionLog:
     def reload(self) -> LogSnapshot:
         """Catch up with commits made by others (other nodes, maintenance jobs)."""
         try:
-            self._dt.update_incremental()
+            if self._direct:
+                # Direct appends leave `_dt` behind by any number of versions, whose commit
+                # files housekeeping may have trimmed: load from the latest checkpoint.
+                self._dt = DeltaTable(self.table_uri)
+            else:
+                self._dt.update_incremental()
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot refresh {self.table_uri}: {error}") from error
         check_protocol(self._dt.protocol(), self.table_uri)
@@ -384,9 +393,10 @@ class DeltaPartitionLog:
             raise ValueError("append needs at least one record")
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         for attempt in range(APPEND_ATTEMPTS_MAX):
+            base_offset = self._snapshot.high_watermark
             try:
                 return self._append_once(records, config, now_ms, producers)
-            except CommitFailedError as error:
+            except (CommitFailedError, _VersionTaken) as error:
                 self.reload()
                 if self._held is not None and self.leader() != self._held:
                     self._held = None
@@ -394,7 +404,7 @@ class DeltaPartitionLog:
                         f"{self.table_uri}: this node was deposed as leader (now "
                         f"{self.leader()}); nothing was appended."
                     ) from error
-                if _is_txn_conflict(error):
+                if _is_txn_conflict(error) or self._snapshot.high_watermark != base_offset:
                     raise AppendConflict(
                         f"Another writer committed offsets to {self.table_uri} after this "
                         f"writer's snapshot; nothing was appended."
@@ -412,8 +422,12 @@ class DeltaPartitionLog:
         segment = _segment_for_append(snapshot, base_offset, config, now_ms)
         table = _records_to_arrow(records, base_offset, now_ms, config.log_append_time, producers)
         data_file, action = self._write_data_file(table, segment, now_ms)
-        self._commit([action], last_offset)
-        self._after_commit(snapshot, data_file, table)
+        if self._direct:
+            self._commit_direct(action, last_offset, now_ms)
+            self._advance(self._snapshot, data_file, table)
+        else:
+            self._commit([action], last_offset)
+            self._after_commit(snapshot, data_file, table)
         return AppendResult(base_offset, last_offset, now_ms, self._snapshot.table_version, segment)
 
     def _write_data_file(
@@ -471,6 +485,45 @@ class DeltaPartitionLog:
             raise
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Commit to {self.table_uri} failed: {error}") from error
+
+    def _commit_direct(self, add: AddAction, last_offset: int, now_ms: int) -> None:
+        """Create the next commit file; step over housekeeping's rearrangements.
+
+        Raises:
+            _VersionTaken: another commit changed records, txns or metadata first.
+        """
+        transactions = [(LOG_APP_ID, last_offset)]
+        if self._held is not None:
+            transactions.append((LEADER_APP_ID, self._held.version))
+        action = log_commit.add_action(
+            add.path,
+            int(add.partition_values[PARTITION_COLUMN]),
+            add.size,
+            add.modification_time,
+            add.stats,
+        )
+        payload = log_commit.append_commit(action, transactions, now_ms)
+        while True:
+            version = self._snapshot.table_version + 1
+            try:
+                if log_commit.put_if_absent(self._log_dir, version, payload):
+                    return
+                winner = log_commit.read_commit(self._log_dir, version)
+            except OSError as error:
+                raise StorageUnavailable(f"Commit to {self.table_uri} failed: {error}") from error
+            rearrangement = None if winner is None else log_commit.as_rearrangement(winner)
+            if rearrangement is None:
+                raise _VersionTaken(version)
+            self._snapshot = _rearranged(self._snapshot, version, rearrangement)
+
+    def _advance(self, before: LogSnapshot, data_file: DataFile, table: pa.Table) -> None:
+        """The snapshot after our own direct commit: one more version, file and tail chunk."""
+        self._snapshot = LogSnapshot(
+            table_version=before.table_version + 1,
+            high_watermark=data_file.max_offset + 1,
+            files=(*before.files, data_file),
+            tail=self._next_tail(before.tail, data_file.min_offset, table),
+        )
 
     def _after_commit(self, before: LogSnapshot, data_file: DataFile, table: pa.Table) -> None:
         """Advance the loaded snapshot past our own commit (the next CAS must include it)."""
@@ -800,6 +853,34 @@ def _data_files(dt: DeltaTable) -> list[DataFile]:
         )
         for i in range(actions.num_rows)
     ]
+
+
+class _VersionTaken(Exception):
+    """A direct commit found its version taken by a commit that is not a rearrangement."""
+
+
+def _rearranged(snapshot: LogSnapshot, version: int, change: log_commit.Rearrangement):
+    """`snapshot` with another writer's file rearrangement (commit `version`) applied."""
+    kept = [f for f in snapshot.files if f.path not in change.removed_paths]
+    if len(snapshot.files) - len(kept) != len(change.removed_paths):
+        raise _VersionTaken(version)  # it removed files we do not know: reload
+    files = sorted([*kept, *map(_data_file_from_add, change.adds)], key=lambda f: f.min_offset)
+    return LogSnapshot(version, snapshot.high_watermark, tuple(files), snapshot.tail)
+
+
+def _data_file_from_add(add: dict) -> DataFile:
+    stats = json.loads(add["stats"])
+    id_nulls = stats.get("nullCount", {}).get("producer_id")
+    return DataFile(
+        path=add["path"],
+        segment=int(add["partitionValues"][PARTITION_COLUMN]),
+        min_offset=stats["minValues"]["offset"],
+        max_offset=stats["maxValues"]["offset"],
+        num_records=stats["numRecords"],
+        size_bytes=add["size"],
+        modification_time_ms=add["modificationTime"],
+        has_producer_ids=None if id_nulls is None else id_nulls < stats["numRecords"],
+    )
 
 
 def _epoch_ms(value) -> int:

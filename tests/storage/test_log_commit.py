@@ -1,0 +1,103 @@
+"""Direct commits (storage_layout/log_commit.py) on real Delta tables: put-if-absent, stepping
+over housekeeping's rewrites, and tables that delta-rs reads, checkpoints and writes after."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from storage_layout import log_commit
+from storage_layout.delta_log import COMPACT_FILES_MIN, DeltaPartitionLog
+from storage_layout.records import NewRecord
+from storage_layout.topic_config import TopicConfig
+
+CONFIG = TopicConfig()
+
+
+@pytest.fixture
+def table_uri(tmp_path) -> str:
+    uri = str(tmp_path / "topic" / "0")
+    DeltaPartitionLog.create(uri)
+    return uri
+
+
+def one(value: str) -> list[NewRecord]:
+    return [NewRecord(b"k", value.encode())]
+
+
+def test_put_if_absent_never_replaces_a_version(tmp_path):
+    """The second writer of a version gets False and the first commit stays as it was."""
+    assert log_commit.put_if_absent(str(tmp_path), 7, b'{"a":1}\n')
+    assert not log_commit.put_if_absent(str(tmp_path), 7, b'{"b":2}\n')
+    assert log_commit.read_commit(str(tmp_path), 7) == [{"a": 1}]
+    assert log_commit.read_commit(str(tmp_path), 8) is None
+    assert os.listdir(tmp_path) == ["00000000000000000007.json"]  # no temporary left behind
+
+
+@pytest.mark.parametrize(
+    ("actions", "is_rearrangement"),
+    [
+        (
+            [
+                {"commitInfo": {}},
+                {"remove": {"path": "a", "dataChange": False}},
+                {"add": {"path": "b", "dataChange": False}},
+            ],
+            True,
+        ),
+        ([{"add": {"path": "b", "dataChange": True}}], False),
+        ([{"remove": {"path": "a", "dataChange": True}}], False),
+        (
+            [{"add": {"path": "b", "dataChange": False}}, {"txn": {"appId": "log", "version": 3}}],
+            False,
+        ),
+        ([{"metaData": {}}], False),
+        ([{"protocol": {}}], False),
+    ],
+)
+def test_only_rewrites_without_data_change_are_stepped_over(actions, is_rearrangement):
+    assert (log_commit.as_rearrangement(actions) is not None) is is_rearrangement
+
+
+def test_append_steps_over_a_compaction_without_reloading(table_uri, monkeypatch):
+    """Housekeeping's compaction takes the version the writer expected; the append goes to the
+    next version, and the writer's file index matches the table's, with no reload."""
+    log = DeltaPartitionLog.open(table_uri)
+    for index in range(COMPACT_FILES_MIN + 2):
+        log.append(one(f"v{index}"), config=CONFIG)
+    other = DeltaPartitionLog.open(table_uri)
+    assert other.maybe_compact_files() == COMPACT_FILES_MIN + 2
+
+    def no_reload():
+        raise AssertionError("the append reloaded instead of stepping over the compaction")
+
+    monkeypatch.setattr(log, "reload", no_reload)
+    result = log.append(one("after"), config=CONFIG)
+    assert result.base_offset == COMPACT_FILES_MIN + 2
+    fresh = DeltaPartitionLog.open(table_uri).snapshot
+    assert log.snapshot.files == fresh.files
+    assert log.snapshot.table_version == fresh.table_version
+    assert len(fresh.files) == 2
+
+
+def test_direct_commits_are_ordinary_delta(table_uri):
+    """delta-rs reads the commits (txn, history, stats), checkpoints them, and a delta-rs
+    write after them is fenced by the same txn."""
+    log = DeltaPartitionLog.open(table_uri)
+    for index in range(5):
+        log.append(one(f"v{index}"), config=CONFIG)
+    table = DeltaTable(table_uri)
+    assert table.version() == 5
+    assert table.transaction_version("log") == 4
+    assert [h["operation"] for h in table.history()][:5] == ["WRITE"] * 5
+    assert table.to_pyarrow_table().sort_by("offset").column("value").to_pylist() == [
+        f"v{i}".encode() for i in range(5)
+    ]
+    stats = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    assert sorted(stats["min.offset"]) == [0, 1, 2, 3, 4]  # readers can skip files by offset
+    table.create_checkpoint()
+    assert DeltaPartitionLog.open(table_uri).bounds().high_watermark == 5
+    assert log.append(one("v5"), config=CONFIG).base_offset == 5
