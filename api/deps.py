@@ -10,11 +10,12 @@ from api.broker.broker import Broker
 from conf.settings import Settings
 
 
-def get_broker(request: Request) -> Broker:
+# async: FastAPI runs a plain `def` dependency in its thread pool, a thread hop per request.
+async def get_broker(request: Request) -> Broker:
     return request.app.state.broker
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 

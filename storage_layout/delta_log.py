@@ -113,7 +113,8 @@ class Leadership:
 
 @dataclass(frozen=True, slots=True)
 class TailChunk:
-    """Records of one recent commit kept in memory so fetches at the head skip Parquet."""
+    """One recent commit's file, kept in memory so fetches at the head skip Parquet and
+    compaction skips re-reading it. `records` has every file column (FILE_SCHEMA)."""
 
     base_offset: int
     records: pa.Table
@@ -305,7 +306,7 @@ class DeltaPartitionLog:
             if last < from_offset:
                 continue
             skip = max(0, from_offset - chunk.base_offset)
-            part = chunk.records.slice(skip, records_max - count)
+            part = chunk.records.slice(skip, records_max - count).select(list(RECORD_COLUMNS))
             chunks.append(part)
             count += part.num_rows
             if count >= records_max:
@@ -362,7 +363,7 @@ class DeltaPartitionLog:
     def _read_producer_rows(self, data_file: DataFile) -> pa.Table:
         path = paths.join(self._fs_base, data_file.path) if self._fs_base else data_file.path
         try:
-            table = pq.read_table(path, filesystem=self._fs, columns=list(_PRODUCER_COLUMNS))
+            table = self._read_parquet(path, list(_PRODUCER_COLUMNS))
         except OSError as error:
             raise StorageUnavailable(
                 f"Cannot read {self.table_uri}/{data_file.path}: {error}"
@@ -562,11 +563,28 @@ class DeltaPartitionLog:
         Returns:
             The number of data files merged away.
         """
+        if self._direct:
+            return self._housekeeping_direct()
         dt = self._upkeep_table()
         try:
             dt.update_incremental()
             merged = self._compact_run(dt, _small_file_run(tuple(_sorted_files(dt))))
             self._checkpoint_and_trim(dt)
+        except (OSError, DeltaError):
+            self._upkeep_dt = None  # reload from scratch next time
+            return 0
+        return merged
+
+    def _housekeeping_direct(self) -> int:
+        """Housekeeping of a directly committed table: the compaction plans on the writer's
+        snapshot and commits directly; delta-rs catches up only to write a checkpoint."""
+        snapshot = self._snapshot  # the writer's, read-only here
+        try:
+            merged = self._compact_direct(snapshot, _small_file_run(snapshot.files))
+            if snapshot.table_version - self._checkpointed_version >= CHECKPOINT_INTERVAL:
+                dt = self._upkeep_table()
+                dt.update_incremental()
+                self._checkpoint_and_trim(dt)
         except (OSError, DeltaError):
             self._upkeep_dt = None  # reload from scratch next time
             return 0
@@ -592,6 +610,65 @@ class DeltaPartitionLog:
         )
         dt.update_incremental()
         return len(run)
+
+    def _compact_direct(self, snapshot: LogSnapshot, run: list[DataFile]) -> int:
+        """Rewrite `run` as one file in a direct commit after `snapshot`'s version, stepping
+        over appends; gives up (0) if a commit removed any of its files first."""
+        if not run:
+            return 0
+        table = pa.concat_tables(self._run_tables(snapshot, run))
+        oldest_ms = min(f.modification_time_ms for f in run)
+        merged, add = self._write_data_file(table, run[0].segment, oldest_ms, data_change=False)
+        payload = log_commit.rewrite_commit(
+            add=log_commit.add_action(
+                add.path, run[0].segment, add.size, oldest_ms, add.stats, data_change=False
+            ),
+            removes=[
+                log_commit.remove_action(f.path, f.segment, f.size_bytes, int(time.time() * 1000))
+                for f in run
+            ],
+            timestamp_ms=int(time.time() * 1000),
+        )
+        removed = {f.path for f in run}
+        version = snapshot.table_version + 1
+        while not log_commit.put_if_absent(self._log_dir, version, payload):
+            winner = log_commit.read_commit(self._log_dir, version)
+            if winner is None or not log_commit.leaves_files(winner, removed):
+                self._fs.delete_file(paths.join(self._fs_base, merged.path))
+                return 0
+            version += 1
+        return len(run)
+
+    def _run_tables(self, snapshot: LogSnapshot, run: list[DataFile]) -> list[pa.Table]:
+        """The files' records, from the in-memory tail where it still holds a file's commit
+        (the small files compaction merges are mostly recent ones), else from the file."""
+        chunks = {chunk.base_offset: chunk.records for chunk in snapshot.tail}
+        tables = []
+        for data_file in run:
+            chunk = chunks.get(data_file.min_offset)
+            if chunk is not None and chunk.num_rows == data_file.num_records:
+                tables.append(chunk)
+            else:
+                tables.append(self._read_whole_file(data_file))
+        return tables
+
+    def _catch_up_direct(self) -> None:
+        """Apply the rearrangements committed after this log's snapshot; reload if any later
+        commit is something else."""
+        while True:
+            version = self._snapshot.table_version + 1
+            winner = log_commit.read_commit(self._log_dir, version)
+            if winner is None:
+                return
+            change = log_commit.as_rearrangement(winner)
+            if change is None:
+                self.reload()
+                return
+            try:
+                self._snapshot = _rearranged(self._snapshot, version, change)
+            except _VersionTaken:
+                self.reload()
+                return
 
     def _checkpoint_and_trim(self, dt: DeltaTable) -> None:
         version = dt.version()
@@ -622,6 +699,10 @@ class DeltaPartitionLog:
         Returns:
             The number of files replaced (0 when no run is long enough).
         """
+        if self._direct:
+            merged = self._compact_direct(self._snapshot, _small_file_run(self._snapshot.files))
+            self._catch_up_direct()
+            return merged
         try:
             merged = self._compact_run(self._dt, _small_file_run(self._snapshot.files))
         except (OSError, DeltaError):
@@ -638,16 +719,22 @@ class DeltaPartitionLog:
     def _read_whole_file(self, data_file: DataFile) -> pa.Table:
         path = paths.join(self._fs_base, data_file.path) if self._fs_base else data_file.path
         try:
-            return pq.read_table(path, filesystem=self._fs).select(FILE_SCHEMA.names)
+            return self._read_parquet(path, FILE_SCHEMA.names)
         except OSError as error:
             raise StorageUnavailable(
                 f"Cannot read {self.table_uri}/{data_file.path}: {error}"
             ) from error
 
+    def _read_parquet(self, path: str, columns: list[str]) -> pa.Table:
+        """A whole file, without dataset discovery (half the cost of pq.read_table for the
+        small files that compaction and the producer-state rebuild read by the dozen)."""
+        with self._fs.open_input_file(path) as handle:
+            return pq.ParquetFile(handle).read(columns=columns)
+
     def _next_tail(self, tail, base_offset: int, table: pa.Table) -> tuple[TailChunk, ...]:
         if self._tail_records_max <= 0:
             return ()
-        chunks = [*tail, TailChunk(base_offset, table.select(list(RECORD_COLUMNS)))]
+        chunks = [*tail, TailChunk(base_offset, table)]
         rows = sum(chunk.records.num_rows for chunk in chunks)
         while len(chunks) > 1 and (
             rows - chunks[0].records.num_rows >= self._tail_records_max
@@ -915,21 +1002,32 @@ COMPACT_FILES_MIN = 32
 
 
 def _small_file_run(files: tuple[DataFile, ...]) -> list[DataFile]:
-    """The first run of at least COMPACT_FILES_MIN consecutive small files of one segment."""
-    run: list[DataFile] = []
+    """The first run of at least COMPACT_FILES_MIN consecutive small files of one segment,
+    size-tiered: files at the front holding more records than the rest of the run are left
+    out, so a merged file is rewritten again only once as many records arrived after it (each
+    record is rewritten O(log n) times, not once per pass). Records, not bytes: a one-record
+    Parquet file is mostly footer."""
+    for run in _small_file_runs(files):
+        while len(run) >= COMPACT_FILES_MIN and run[0].num_records > sum(
+            f.num_records for f in run[1:]
+        ):
+            run = run[1:]
+        if len(run) >= COMPACT_FILES_MIN:
+            return run
+    return []
+
+
+def _small_file_runs(files: tuple[DataFile, ...]) -> list[list[DataFile]]:
+    """Maximal runs of consecutive small files within one segment, in offset order."""
+    runs: list[list[DataFile]] = []
     for data_file in files:
-        contiguous = run and run[-1].segment == data_file.segment
-        if data_file.size_bytes < SMALL_FILE_BYTES and (contiguous or not run):
-            run.append(data_file)
-        elif data_file.size_bytes < SMALL_FILE_BYTES:
-            if len(run) >= COMPACT_FILES_MIN:
-                return run
-            run = [data_file]
+        if data_file.size_bytes >= SMALL_FILE_BYTES:
+            runs.append([])
+        elif runs and runs[-1] and runs[-1][-1].segment == data_file.segment:
+            runs[-1].append(data_file)
         else:
-            if len(run) >= COMPACT_FILES_MIN:
-                return run
-            run = []
-    return run if len(run) >= COMPACT_FILES_MIN else []
+            runs.append([data_file])
+    return [run for run in runs if run]
 
 
 def _remove_action(data_file: DataFile) -> RemoveAction:

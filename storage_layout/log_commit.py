@@ -45,16 +45,34 @@ def commit_path(log_dir: str, version: int) -> str:
 
 
 def add_action(
-    path: str, segment: int, size_bytes: int, modification_time_ms: int, stats: str
+    path: str,
+    segment: int,
+    size_bytes: int,
+    modification_time_ms: int,
+    stats: str,
+    *,
+    data_change: bool = True,
 ) -> dict[str, Any]:
-    """A Delta `add` action of a new data file (records changed: dataChange=true)."""
+    """A Delta `add` action of a new data file (dataChange=false for a rewrite)."""
     return {
         "path": path,
         "partitionValues": {"segment": str(segment)},
         "size": size_bytes,
         "modificationTime": modification_time_ms,
-        "dataChange": True,
+        "dataChange": data_change,
         "stats": stats,
+    }
+
+
+def remove_action(path: str, segment: int, size_bytes: int, deletion_ms: int) -> dict[str, Any]:
+    """A Delta `remove` action of a rewritten file (its records live on in the new file)."""
+    return {
+        "path": path,
+        "deletionTimestamp": deletion_ms,
+        "dataChange": False,
+        "extendedFileMetadata": True,
+        "partitionValues": {"segment": str(segment)},
+        "size": size_bytes,
     }
 
 
@@ -70,6 +88,22 @@ def append_commit(
     }
     actions = [{"commitInfo": commit_info}, {"add": add}]
     actions += [{"txn": {"appId": app_id, "version": v}} for app_id, v in transactions]
+    return _ndjson(actions)
+
+
+def rewrite_commit(add: dict[str, Any], removes: list[dict[str, Any]], timestamp_ms: int) -> bytes:
+    """The JSON of a compaction: the merged file replaces `removes`, no record changes."""
+    commit_info = {
+        "timestamp": timestamp_ms,
+        "operation": "OPTIMIZE",
+        "operationParameters": {"targetSize": "small-file merge"},
+        "engineInfo": ENGINE_INFO,
+    }
+    actions = [{"commitInfo": commit_info}, *({"remove": r} for r in removes), {"add": add}]
+    return _ndjson(actions)
+
+
+def _ndjson(actions: list[dict[str, Any]]) -> bytes:
     return b"".join(json.dumps(a, separators=(",", ":")).encode() + b"\n" for a in actions)
 
 
@@ -111,3 +145,15 @@ def as_rearrangement(actions: list[dict[str, Any]]) -> Rearrangement | None:
         else:
             return None
     return Rearrangement(tuple(adds), frozenset(removed))
+
+
+def leaves_files(actions: list[dict[str, Any]], paths: set[str]) -> bool:
+    """Whether a commit leaves all of `paths` in place and the metadata as it was (a
+    compaction of those files can then be committed after it)."""
+    for action in actions:
+        ((kind, body),) = action.items()
+        if kind in ("metaData", "protocol"):
+            return False
+        if kind == "remove" and body["path"] in paths:
+            return False
+    return True

@@ -129,6 +129,7 @@ class ProducerIdAllocator:
         )
         return ProducerIdentity(*best)
 
+
 def _transactional_app_id(transactional_id: str) -> str:
     return f"producer/{transactional_id}"
 

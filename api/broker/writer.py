@@ -37,7 +37,10 @@ log = logging.getLogger("lakelog.writer")
 # before any waiting request is answered, to test retries after an ambiguous failure.
 FAULT_AFTER_COMMIT_BEFORE_ACK = "after_commit_before_ack"
 FAULT_EXIT_CODE = 75
+# Housekeeping runs after this many commits, and at most once per UPKEEP_INTERVAL_MS: at a
+# high commit rate each pass then merges one larger run instead of many passes of 32 files.
 UPKEEP_EVERY_COMMITS = 32
+UPKEEP_INTERVAL_MS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,7 @@ class PartitionWriter:
         self._appended = asyncio.Event()
         self._closed = False
         self._commits_since_upkeep = 0
+        self._upkeep_started = 0.0  # time.monotonic() of the last housekeeping start
         self._upkeep: asyncio.Future | None = None
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -205,14 +209,19 @@ class PartitionWriter:
         self._maybe_start_housekeeping()
 
     def _maybe_start_housekeeping(self) -> None:
-        """Every UPKEEP_EVERY_COMMITS commits, merge small files, checkpoint and trim the log
-        in the background (the cost of a commit grows with files and log entries); appends
-        go on meanwhile: the housekeeping commits change no record and do not conflict."""
+        """Every UPKEEP_EVERY_COMMITS commits (and UPKEEP_INTERVAL_MS), merge small files,
+        checkpoint and trim the log in the background (the cost of opening and reading a
+        table grows with files and log entries); appends go on meanwhile: the housekeeping
+        commits change no record, and a direct append steps over them."""
         self._commits_since_upkeep += 1
         running = self._upkeep is not None and not self._upkeep.done()
-        if self._commits_since_upkeep < UPKEEP_EVERY_COMMITS or running:
+        since_ms = (time.monotonic() - self._upkeep_started) * 1000
+        if self._commits_since_upkeep < UPKEEP_EVERY_COMMITS or since_ms < UPKEEP_INTERVAL_MS:
+            return
+        if running:
             return
         self._commits_since_upkeep = 0
+        self._upkeep_started = time.monotonic()
         loop = asyncio.get_running_loop()
         self._upkeep = loop.run_in_executor(self._executor, self.log.housekeeping)
         self._upkeep.add_done_callback(_report_upkeep_failure)

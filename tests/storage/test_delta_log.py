@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 from collections import Counter
@@ -280,3 +281,28 @@ def test_housekeeping_bounds_the_log_and_the_files(table_uri, monkeypatch):
     assert DeltaTable(table_uri).to_pyarrow_table().num_rows == total + 1
     fetched = log.read(from_offset=0, records_max=total + 1, bytes_max=10**9).records
     assert fetched.column("offset").to_pylist() == list(range(total + 1))
+
+
+def _files(records: list[int], segment: int = 0, first_offset: int = 0) -> tuple:
+    files, offset = [], first_offset
+    for index, count in enumerate(records):
+        path = f"f{first_offset + index}"
+        files.append(delta_log.DataFile(path, segment, offset, offset + count - 1, count, 3000, 0))
+        offset += count
+    return tuple(files)
+
+
+def test_compaction_is_size_tiered():
+    """A merged file is merged again only once the files after it hold more records, so
+    records are not rewritten on every pass; runs never cross segments or large files."""
+    run = delta_log._small_file_run(_files([1000] + [1] * COMPACT_FILES_MIN))
+    assert [f.path for f in run] == [f"f{i}" for i in range(1, COMPACT_FILES_MIN + 1)]
+    outweighed = _files([1000] + [40] * COMPACT_FILES_MIN)
+    assert delta_log._small_file_run(outweighed)[0].path == "f0"
+    split = _files([1] * 20, segment=0) + _files([1] * 20, segment=1, first_offset=20)
+    assert delta_log._small_file_run(split) == []
+    large = dataclasses.replace(
+        _files([1], first_offset=20)[0], size_bytes=delta_log.SMALL_FILE_BYTES
+    )
+    broken = _files([1] * 20) + (large,) + _files([1] * COMPACT_FILES_MIN, first_offset=21)
+    assert delta_log._small_file_run(broken)[0].path == "f21"
