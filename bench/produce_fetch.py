@@ -1,14 +1,17 @@
-"""Produce and fetch throughput: direct deltalake append vs the HTTP gateway, in one run.
+"""Produce and fetch throughput: deltalake appends vs the HTTP gateway, in one run.
 
 Cases (100-byte values, 8-byte keys; 1, 100 and 1000 records per request):
 
-  (a) direct   DeltaPartitionLog.append of the same batches into a fresh temp table: one Delta
-               commit per batch with the txn offset CAS (the storage floor).
+  (a) deltalake  write_deltalake(dt, batch, mode="append") of the same batches (prebuilt as Arrow
+               tables with the partition schema) into a fresh table: the baseline, plain
+               deltalake appends with no offsets, no CAS and no HTTP.
+      direct   DeltaPartitionLog.append of the same batches into a fresh temp table: one Delta
+               commit per batch with the txn offset CAS (lakelog's storage floor).
   (b) gateway  POST /topics/{t} (application/vnd.kafka.binary.v2+json) to a `lakelog serve`
                child process on loopback, fresh 1-partition topic per case, N client threads
                (one httpx.Client and one keep-alive connection each, default 8), then the same
                with 1 connection.
-  (c) ratio    (b) / (a) per batch size.
+  (c) ratio    gateway and direct / deltalake per batch size.
   (d) fetch    GET /topics/{t}/partitions/0/records (max_bytes 1 MiB, one consumer) on the topic
                of the 1000-records N-connection case: the in-memory tail (its last
                LAKELOG_TAIL_RECORDS_MAX records, re-read until the time is up) before a restart,
@@ -53,15 +56,18 @@ from pathlib import Path
 
 import httpx
 import orjson
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from conf.settings import load_settings  # noqa: E402
-from storage_layout import paths  # noqa: E402
+from storage_layout import delta_log, paths  # noqa: E402
 from storage_layout.delta_log import DeltaPartitionLog  # noqa: E402
 from storage_layout.records import NewRecord  # noqa: E402
+from storage_layout.schema import PARTITION_COLUMN  # noqa: E402
 from storage_layout.topic_config import TopicConfig  # noqa: E402
 from tests.gateway_process import GatewayProcess, start_gateway  # noqa: E402
 
@@ -201,7 +207,51 @@ class CpuMeter:
         }
 
 
-# ---- (a) direct deltalake append -------------------------------------------------------------
+# ---- (a) deltalake appends and direct log appends --------------------------------------------
+
+
+def bench_deltalake(
+    batches: list[list[NewRecord]], seconds: float, uri: str, gateway_pid: int | None = None
+) -> Result:
+    """Plain deltalake: one write_deltalake append per batch, the batches prebuilt as Arrow."""
+    batch = len(batches[0])
+    tables = [_as_partition_table(records) for records in batches]
+    DeltaPartitionLog.create(uri)
+    table = DeltaTable(uri)
+    for i in range(WARMUP_REQUESTS):
+        write_deltalake(table, tables[i], mode="append")
+    latencies, records, commits = [], 0, 0
+    meter, start = CpuMeter(gateway_pid), time.perf_counter()
+    deadline = start + seconds
+    now = start
+    while now < deadline:
+        write_deltalake(table, tables[commits % DISTINCT_BATCHES], mode="append")
+        after = time.perf_counter()
+        latencies.append((after - now) * 1000)
+        now = after
+        records += batch
+        commits += 1
+    elapsed, cpu = now - start, meter.stop()
+    stored = DeltaTable(uri).to_pyarrow_dataset().count_rows()
+    if stored != records + WARMUP_REQUESTS * batch:
+        raise AssertionError(f"deltalake {batch}: {stored} rows stored, {records} appended")
+    return Result(
+        "deltalake",
+        batch,
+        1,
+        records,
+        commits,
+        elapsed,
+        **cpu,
+        latency_ms_p50=percentile(latencies, 50),
+        latency_ms_p99=percentile(latencies, 99),
+        extra={"commits": commits, "verified": True},
+    )
+
+
+def _as_partition_table(records: list[NewRecord]) -> pa.Table:
+    table = delta_log._records_to_arrow(records, 0, int(time.time() * 1000), False, None)
+    return table.append_column(PARTITION_COLUMN, pa.array([0] * table.num_rows, pa.int64()))
 
 
 def bench_direct(
@@ -563,7 +613,7 @@ def best_rounds(results: list[Result]) -> list[Result]:
             best[key] = result
     for key, result in best.items():
         result.extra["rounds_records_per_s"] = [round(value, 1) for value in rounds[key]]
-    order = {"direct": 0, "gateway": 1}
+    order = {"deltalake": 0, "direct": 1, "gateway": 2}
     return sorted(
         best.values(),
         key=lambda r: (order.get(r.case, 2), -(r.connections or 0), r.batch or 0),
@@ -571,24 +621,24 @@ def best_rounds(results: list[Result]) -> list[Result]:
 
 
 def render_table(results: list[Result]) -> str:
-    direct = {r.batch: r for r in results if r.case == "direct"}
+    baseline = {r.batch: r for r in results if r.case == "deltalake"}
     header = (
-        "| case | records/request | connections | records/s | MB/s | vs direct "
+        "| case | records/request | connections | records/s | MB/s | vs deltalake "
         "| records/commit | p50 ms | p99 ms | gateway CPU | client CPU | other CPU "
         "| records/s of each round |"
     )
     lines = [header, "|" + "|".join(["---"] * (header.count("|") - 1)) + "|"]
     for r in results:
         ratio = None
-        if r.case == "gateway" and r.batch in direct and direct[r.batch].records_per_s:
-            ratio = r.records_per_s / direct[r.batch].records_per_s
+        if r.case in ("gateway", "direct") and r.batch in baseline:
+            ratio = r.records_per_s / baseline[r.batch].records_per_s
         if r.batch is not None:
             batch = str(r.batch)
         else:
             batch = f"~{r.extra.get('records_per_fetch_mean', 0):,.0f}/fetch"
         gw_cpu = "-" if r.cpu_gateway_s is None else f"{100 * r.cpu_gateway_s / r.seconds:.0f}%"
         per_commit = "-"
-        if r.case == "direct":
+        if r.case in ("direct", "deltalake"):
             per_commit = str(r.batch)
         elif r.case == "gateway" and r.extra.get("commits"):
             per_commit = f"{r.extra['high_watermark'] / r.extra['commits']:,.1f}"
@@ -618,17 +668,17 @@ def acceptance(best: list[Result], every: list[Result], connections: int) -> dic
             None,
         )
 
-    direct, gateway = find(best, "direct", 1), find(best, "gateway", connections)
-    if direct is None or gateway is None or not direct.records_per_s:
+    baseline, gateway = find(best, "deltalake", 1), find(best, "gateway", connections)
+    if baseline is None or gateway is None or not baseline.records_per_s:
         return {"holds": None}
-    ratio = gateway.records_per_s / direct.records_per_s
+    ratio = gateway.records_per_s / baseline.records_per_s
     per_round = []
     for round_ in sorted({r.round_no for r in every}):
-        d, g = find(every, "direct", 1, round_), find(every, "gateway", connections, round_)
+        d, g = find(every, "deltalake", 1, round_), find(every, "gateway", connections, round_)
         if d and g and d.records_per_s:
             per_round.append(round(g.records_per_s / d.records_per_s, 3))
     return {
-        "criterion": "gateway >= 0.5x direct deltalake append throughput at 1000 records/request",
+        "criterion": "gateway >= 0.5x deltalake append throughput at 1000 records/request",
         "connections": connections,
         "ratio": round(ratio, 3),
         "ratio_per_round": per_round,
@@ -703,7 +753,13 @@ def run_cases(
         big_topic = small_topic = None
         for round_ in range(rounds):
             for batch in BATCH_SIZES:
-                # (a) direct deltalake append, then (b) the gateway, back to back per batch size
+                # (a) deltalake and direct appends, then (b) the gateway, back to back
+                log(f"round {round_ + 1}/{rounds}: deltalake append, {batch} records/commit ...")
+                uri = str(tmp_root / "deltalake" / f"deltalake-{batch}-r{round_}")
+                result = bench_deltalake(batches[batch], seconds, uri, gateway.process.pid)
+                result.round_no = round_
+                produce.append(result)
+                log(f"  {result.records_per_s:,.0f} records/s in {result.requests} commits (ok)")
                 log(f"round {round_ + 1}/{rounds}: direct append, {batch} records/commit ...")
                 uri = str(tmp_root / "direct" / f"direct-{batch}-r{round_}")
                 result = bench_direct(batches[batch], seconds, uri, gateway.process.pid)
