@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     linger_ms: int = Field(default=2, ge=0)
     commit_records_max: int = Field(default=50_000, gt=0)
     commit_bytes_max: int = Field(default=32 * MIB, gt=0)
+    # Kafka's producer.id.expiration.ms: a partition forgets an idempotent producer that has
+    # not written to it for this long (its next batch must then start a new epoch or at 0).
+    producer_id_expiration_ms: int = Field(default=86_400_000, gt=0)
 
     # Fetch: defaults and caps for one fetch request; tail kept in memory per partition.
     fetch_bytes_max_default: int = Field(default=1 * MIB, gt=0)

@@ -157,6 +157,18 @@ class ProducerStates:
         entries[batch.producer_id] = ProducerEntry(batch.epoch, (*spans, span)[-BATCHES_KEPT:])
         return ProducerStates(entries)
 
+    def without_expired(self, now_ms: int, expiration_ms: int) -> ProducerStates:
+        """This state without the producers whose last batch is older than `expiration_ms`
+        (Kafka's producer.id.expiration.ms): the map does not grow with every producer ever
+        seen. An expired producer is then unknown, as after a restart past the bound."""
+        cutoff_ms = now_ms - expiration_ms
+        kept = {
+            producer_id: entry
+            for producer_id, entry in self._entries.items()
+            if entry.spans and entry.spans[-1].append_time_ms >= cutoff_ms
+        }
+        return self if len(kept) == len(self._entries) else ProducerStates(kept)
+
     @classmethod
     def from_spans(cls, spans: Iterable[tuple[int, CommittedSpan]]) -> ProducerStates:
         """State rebuilt from stored (producer_id, span) pairs in offset order."""

@@ -128,7 +128,10 @@ class Broker:
         self._round_robin: dict[str, RoundRobin] = {}
         self._closing = False
         self._limits = CommitLimits(
-            settings.linger_ms, settings.commit_records_max, settings.commit_bytes_max
+            settings.linger_ms,
+            settings.commit_records_max,
+            settings.commit_bytes_max,
+            settings.producer_id_expiration_ms,
         )
 
     # ---- lifecycle -------------------------------------------------------------------------

@@ -83,6 +83,7 @@ class CommitLimits:
     linger_ms: int
     records_max: int
     bytes_max: int
+    producer_expiration_ms: int = 86_400_000
 
 
 class PartitionWriter:
@@ -182,6 +183,9 @@ class PartitionWriter:
             self._check_can_write()
             if self._states is None and any(p.producer is not None for p in batch):
                 self._states = await loop.run_in_executor(self._executor, self.log.producer_states)
+            if self._states is not None:
+                expiration_ms = self._limits.producer_expiration_ms
+                self._states = self._states.without_expired(now_ms, expiration_ms)
             plan = self._plan(batch, now_ms)
         except Exception as error:  # the state could not be rebuilt: nobody is acknowledged
             _fail(batch, error)

@@ -42,7 +42,7 @@ def table_uri(tmp_path) -> str:
     return uri
 
 
-def run(table_uri: str, scenario):
+def run(table_uri: str, scenario, limits: CommitLimits = LIMITS):
     """Run `scenario(writer)` on a fresh writer over the table, then close it."""
 
     async def main():
@@ -51,7 +51,7 @@ def run(table_uri: str, scenario):
                 DeltaPartitionLog.open(table_uri),
                 config=TopicConfig,
                 executor=executor,
-                limits=LIMITS,
+                limits=limits,
             )
             try:
                 return await scenario(writer)
@@ -188,3 +188,19 @@ def test_failed_commit_leaves_no_state(table_uri, monkeypatch):
 
     assert run(table_uri, scenario).base_offset == 0
     assert len(stored(table_uri)) == 2
+
+
+def test_an_idle_producer_expires_from_the_writer(table_uri):
+    """After producer_expiration_ms without writing, the writer has forgotten the producer:
+    its next sequence is UNKNOWN_PRODUCER_ID, a new epoch from 0 is accepted."""
+
+    async def scenario(writer):
+        await send(writer, 9, 0, 0, 1)
+        await asyncio.sleep(0.3)
+        with pytest.raises(UnknownProducerId):
+            await send(writer, 9, 0, 1, 1)
+        return await send(writer, 9, 1, 0, 1)
+
+    limits = CommitLimits(5, 10_000, 10**8, producer_expiration_ms=200)
+    ack = run(table_uri, scenario, limits)
+    assert ack.base_offset == 1

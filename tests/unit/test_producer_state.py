@@ -111,3 +111,15 @@ def test_batch_shape_limits():
         with pytest.raises(ValueError):
             check_batch_shape(bad)
     check_batch_shape(ProducerBatch(1, 0, 2**31 - 1, 1))
+
+
+def test_producers_idle_past_the_expiration_are_forgotten():
+    """producer.id.expiration.ms: an idle producer leaves the map and is then unknown; one that
+    wrote within the window keeps its state."""
+    state = ProducerStates().recorded(ProducerBatch(1, 0, 0, 1), 0, 1_000)
+    state = state.recorded(ProducerBatch(2, 0, 0, 1), 1, 5_000)
+    kept = state.without_expired(now_ms=6_000, expiration_ms=2_000)
+    assert kept.entry(1) is None and kept.entry(2) is not None
+    with pytest.raises(UnknownProducerId):
+        kept.check(ProducerBatch(1, 0, 1, 1))
+    assert state.without_expired(now_ms=6_000, expiration_ms=10_000) is state
