@@ -424,8 +424,11 @@ class DeltaPartitionLog:
         table = _records_to_arrow(records, base_offset, now_ms, config.log_append_time, producers)
         data_file, action = self._write_data_file(table, segment, now_ms)
         if self._direct:
-            self._commit_direct(action, last_offset, now_ms)
-            self._advance(self._snapshot, data_file, table)
+            try:
+                self._commit_direct(action, last_offset, now_ms)
+                self._advance(self._snapshot, data_file, table)
+            except _VisibleAfterReload:
+                pass  # the reloaded snapshot holds the commit (without it in the tail)
         else:
             self._commit([action], last_offset)
             self._after_commit(snapshot, data_file, table)
@@ -508,6 +511,7 @@ class DeltaPartitionLog:
             version = self._snapshot.table_version + 1
             try:
                 if log_commit.put_if_absent(self._log_dir, version, payload):
+                    self._check_not_shadowed(version, add.path)
                     return
                 winner = log_commit.read_commit(self._log_dir, version)
             except OSError as error:
@@ -516,6 +520,23 @@ class DeltaPartitionLog:
             if rearrangement is None:
                 raise _VersionTaken(version)
             self._snapshot = _rearranged(self._snapshot, version, rearrangement)
+
+    def _check_not_shadowed(self, version: int, data_path: str) -> None:
+        """A writer paused for longer than the log grace can find its next version free
+        because housekeeping trimmed it: its commit would sit below the latest checkpoint,
+        where no reader looks. So a commit below the checkpoint counts only if the reloaded
+        table shows it (a checkpoint can legitimately follow it within microseconds).
+
+        Raises:
+            _VisibleAfterReload: it is visible; the snapshot has been reloaded.
+            _VersionTaken: it is not: nothing was appended (the file is an orphan for vacuum).
+        """
+        if log_commit.last_checkpoint_version(self._log_dir) <= version:
+            return
+        self.reload()
+        if any(f.path == data_path for f in self._snapshot.files):
+            raise _VisibleAfterReload()
+        raise _VersionTaken(version)
 
     def _advance(self, before: LogSnapshot, data_file: DataFile, table: pa.Table) -> None:
         """The snapshot after our own direct commit: one more version, file and tail chunk."""
@@ -943,7 +964,13 @@ def _data_files(dt: DeltaTable) -> list[DataFile]:
 
 
 class _VersionTaken(Exception):
-    """A direct commit found its version taken by a commit that is not a rearrangement."""
+    """A direct commit found its version taken by a commit that is not a rearrangement, or
+    landed below the latest checkpoint where no reader sees it."""
+
+
+class _VisibleAfterReload(Exception):
+    """A direct commit below the latest checkpoint turned out visible (the snapshot was
+    reloaded with it)."""
 
 
 def _rearranged(snapshot: LogSnapshot, version: int, change: log_commit.Rearrangement):

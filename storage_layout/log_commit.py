@@ -130,6 +130,15 @@ def read_commit(log_dir: str, version: int) -> list[dict[str, Any]] | None:
         return None
 
 
+def last_checkpoint_version(log_dir: str) -> int:
+    """The version `_last_checkpoint` names, or -1 when there is none."""
+    try:
+        with open(os.path.join(log_dir, "_last_checkpoint"), "rb") as pointer:
+            return int(json.loads(pointer.read())["version"])
+    except FileNotFoundError:
+        return -1
+
+
 def as_rearrangement(actions: list[dict[str, Any]]) -> Rearrangement | None:
     """The commit as a pure file rearrangement, or None if it changes records, txns,
     metadata or protocol (then the writer must reload and re-check everything)."""

@@ -9,8 +9,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from storage_layout import log_commit
+from storage_layout import delta_log, log_commit
 from storage_layout.delta_log import COMPACT_FILES_MIN, DeltaPartitionLog
+from storage_layout.errors import AppendConflict
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig
 
@@ -101,3 +102,23 @@ def test_direct_commits_are_ordinary_delta(table_uri):
     table.create_checkpoint()
     assert DeltaPartitionLog.open(table_uri).bounds().high_watermark == 5
     assert log.append(one("v5"), config=CONFIG).base_offset == 5
+
+
+def test_a_writer_paused_past_the_log_trim_is_not_acknowledged(table_uri, monkeypatch):
+    """A stale writer whose next version was trimmed away finds that version free; its
+    commit would lie below the latest checkpoint, unseen by readers, so it must not count."""
+    monkeypatch.setattr(delta_log, "LOG_GRACE_MS", 0)
+    stale = DeltaPartitionLog.open(table_uri)
+    stale.append(one("s0"), config=CONFIG)
+    live = DeltaPartitionLog.open(table_uri)
+    for index in range(3 * delta_log.CHECKPOINT_INTERVAL):
+        live.append(one(f"v{index}"), config=CONFIG)
+        if index % 50 == 49:
+            live.housekeeping()
+    assert not os.path.exists(log_commit.commit_path(os.path.join(table_uri, "_delta_log"), 2))
+    with pytest.raises(AppendConflict):
+        stale.append(one("lost"), config=CONFIG)
+    table = DeltaTable(table_uri).to_pyarrow_table()
+    assert b"lost" not in table.column("value").to_pylist()
+    assert table.num_rows == 1 + 3 * delta_log.CHECKPOINT_INTERVAL
+    assert stale.append(one("s1"), config=CONFIG).base_offset == table.num_rows
