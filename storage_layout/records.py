@@ -52,3 +52,11 @@ class PartitionBounds:
 
     log_start_offset: int
     high_watermark: int
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    """One partition of one topic (ordered by topic, then partition)."""
+
+    topic: str
+    partition: int
