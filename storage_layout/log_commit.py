@@ -21,6 +21,7 @@ Object stores have no put-if-absent in pyarrow; partition tables there commit th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 LOG_DIR = "_delta_log"
+TEMPORARY_PREFIX = "_commit_"
+TEMPORARY_SUFFIX = ".json.tmp"
 ENGINE_INFO = "lakelog"
 
 
@@ -108,17 +111,35 @@ def _ndjson(actions: list[dict[str, Any]]) -> bytes:
 
 
 def put_if_absent(log_dir: str, version: int, payload: bytes) -> bool:
-    """Create commit `version` with `payload`; False (and nothing written) if it exists."""
-    temporary = os.path.join(log_dir, f"_commit_{uuid.uuid4().hex}.json.tmp")
-    with open(temporary, "wb") as out:
-        out.write(payload)
+    """Create commit `version` with `payload`; False (and nothing written) if it exists.
+
+    A link that reports "exists" although it is our own payload (a retried link on a network
+    file system) counts as created: every payload names a fresh data file, so it is unique.
+    """
+    temporary = os.path.join(log_dir, f"{TEMPORARY_PREFIX}{uuid.uuid4().hex}{TEMPORARY_SUFFIX}")
     try:
+        with open(temporary, "wb") as out:
+            out.write(payload)
         os.link(temporary, commit_path(log_dir, version))
     except FileExistsError:
-        return False
+        return _holds(commit_path(log_dir, version), payload)
     finally:
-        os.unlink(temporary)
+        with contextlib.suppress(OSError):  # a leftover temporary is trimmed later
+            os.unlink(temporary)
     return True
+
+
+def _holds(path: str, payload: bytes) -> bool:
+    try:
+        with open(path, "rb") as existing:
+            return existing.read() == payload
+    except FileNotFoundError:
+        return False
+
+
+def is_stale_temporary(name: str) -> bool:
+    """A temporary commit file name (left by a crash between write and link)."""
+    return name.startswith(TEMPORARY_PREFIX) and name.endswith(TEMPORARY_SUFFIX)
 
 
 def read_commit(log_dir: str, version: int) -> list[dict[str, Any]] | None:
@@ -156,13 +177,16 @@ def as_rearrangement(actions: list[dict[str, Any]]) -> Rearrangement | None:
     return Rearrangement(tuple(adds), frozenset(removed))
 
 
-def leaves_files(actions: list[dict[str, Any]], paths: set[str]) -> bool:
-    """Whether a commit leaves all of `paths` in place and the metadata as it was (a
-    compaction of those files can then be committed after it)."""
+def leaves_files(actions: list[dict[str, Any]], paths: set[str], leader: int | None) -> bool:
+    """Whether a commit leaves all of `paths` in place, the metadata as it was, and the
+    partition with the same `leader` txn version (a compaction of those files can then be
+    committed after it; a deposed leader's housekeeping must not)."""
     for action in actions:
         ((kind, body),) = action.items()
         if kind in ("metaData", "protocol"):
             return False
         if kind == "remove" and body["path"] in paths:
+            return False
+        if kind == "txn" and body.get("appId") == "leader" and body.get("version") != leader:
             return False
     return True

@@ -3,6 +3,7 @@ over housekeeping's rewrites, and tables that delta-rs reads, checkpoints and wr
 
 from __future__ import annotations
 
+import json
 import os
 
 import pyarrow as pa
@@ -122,3 +123,49 @@ def test_a_writer_paused_past_the_log_trim_is_not_acknowledged(table_uri, monkey
     assert b"lost" not in table.column("value").to_pylist()
     assert table.num_rows == 1 + 3 * delta_log.CHECKPOINT_INTERVAL
     assert stale.append(one("s1"), config=CONFIG).base_offset == table.num_rows
+
+
+def test_a_statistics_rewrite_of_live_files_is_not_stepped_over(table_uri):
+    """A dataChange=false add of a file that is already live (a stats recompute) is not a
+    rearrangement: the writer reloads instead of indexing the file twice."""
+    log = DeltaPartitionLog.open(table_uri)
+    for index in range(3):
+        log.append(one(f"v{index}"), config=CONFIG)
+    live = pa.table(DeltaTable(table_uri).get_add_actions(flatten=True)).to_pylist()
+    first = next(row for row in live if row["min.offset"] == 0)
+    add = log_commit.add_action(
+        first["path"],
+        0,
+        first["size_bytes"],
+        0,
+        json.dumps({"numRecords": 1, "minValues": {"offset": 0}, "maxValues": {"offset": 0}}),
+        data_change=False,
+    )
+    log_dir = os.path.join(table_uri, "_delta_log")
+    assert log_commit.put_if_absent(log_dir, 4, log_commit._ndjson([{"add": add}]))
+    assert log.append(one("v3"), config=CONFIG).base_offset == 3
+    fetched = log.read(from_offset=0, records_max=10, bytes_max=10**6).records
+    assert fetched.column("offset").to_pylist() == [0, 1, 2, 3]
+    assert sorted(f.path for f in log.snapshot.files) == sorted(
+        f.path for f in DeltaPartitionLog.open(table_uri).snapshot.files
+    )
+
+
+def test_a_deposed_leaders_compaction_does_not_step_over_a_new_leader():
+    """leaves_files: a `leader` txn of another version means the partition changed hands."""
+    ours, theirs = 5, 65541
+    append = [
+        {"txn": {"appId": "leader", "version": ours}},
+        {"txn": {"appId": "log", "version": 9}},
+    ]
+    assert log_commit.leaves_files(append, {"a"}, ours)
+    takeover = [{"txn": {"appId": "leader", "version": theirs}}]
+    assert not log_commit.leaves_files(takeover, {"a"}, ours)
+
+
+def test_put_if_absent_recognises_its_own_commit(tmp_path):
+    """A link that reports 'exists' for our own payload (a retried link) counts as created."""
+    payload = b'{"add":{"path":"x"}}\n'
+    assert log_commit.put_if_absent(str(tmp_path), 3, payload)
+    assert log_commit.put_if_absent(str(tmp_path), 3, payload)
+    assert not log_commit.put_if_absent(str(tmp_path), 3, b'{"other":1}\n')
