@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -93,6 +94,10 @@ class DataFile:
     modification_time_ms: int
     # None when the file's statistics do not say (e.g. written by another tool).
     has_producer_ids: bool | None = None
+    # Largest record timestamp, ceiled to whole ms (None when the statistics do not say).
+    # Timestamps are not monotonic in offsets (CreateTime), so only this bound lets
+    # offset_for_timestamp skip a file.
+    max_timestamp_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +346,47 @@ class DeltaPartitionLog:
             ) from error
         return table.cast(_RECORDS_SCHEMA)
 
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """Kafka's ListOffsets by timestamp: the earliest offset whose record timestamp is at
+        or after `timestamp_ms`, from the loaded snapshot.
+
+        Record timestamps are not monotonic in offsets (CreateTime comes from producers), so
+        this scans in offset order rather than searching: files whose statistics put every
+        timestamp below `timestamp_ms` are skipped unread, the others are read (offset and
+        timestamp columns only) until one holds a match; offsets held by the in-memory tail
+        are taken from it.
+
+        Returns:
+            The offset, or None when no stored record is that recent (Kafka then answers with
+            the high watermark, "latest").
+
+        Raises:
+            StorageUnavailable: a data file could not be read.
+        """
+        snapshot = self._snapshot
+        tail = [c for c in snapshot.tail if c.base_offset >= snapshot.log_start_offset]
+        tail_start = tail[0].base_offset if tail else snapshot.high_watermark
+        for data_file in snapshot.files:
+            if data_file.min_offset >= tail_start:
+                break
+            if data_file.max_timestamp_ms is not None and data_file.max_timestamp_ms < timestamp_ms:
+                continue
+            path = paths.join(self._fs_base, data_file.path) if self._fs_base else data_file.path
+            try:
+                table = self._read_parquet(path, ["offset", "timestamp"])
+            except OSError as error:
+                raise StorageUnavailable(
+                    f"Cannot read {self.table_uri}/{data_file.path}: {error}"
+                ) from error
+            found = _first_offset_at_or_after(table, timestamp_ms)
+            if found is not None:
+                return found
+        for chunk in tail:
+            found = _first_offset_at_or_after(chunk.records, timestamp_ms)
+            if found is not None:
+                return found
+        return None
+
     # ---- idempotent producers --------------------------------------------------------------
 
     def producer_states(self) -> ProducerStates:
@@ -449,6 +495,7 @@ class DeltaPartitionLog:
             ) from error
         offsets = table.column("offset")
         has_ids = table.column("producer_id").null_count < table.num_rows
+        max_micros = pc.max(table.column("timestamp").cast(pa.int64())).as_py()
         data_file = DataFile(
             relative,
             segment,
@@ -458,6 +505,7 @@ class DeltaPartitionLog:
             size,
             now_ms,
             has_ids,
+            -(-max_micros // 1000),  # ceiled, as in the file's statistics (_file_stats)
         )
         action = AddAction(
             relative,
@@ -654,7 +702,8 @@ class DeltaPartitionLog:
         version = snapshot.table_version + 1
         while not log_commit.put_if_absent(self._log_dir, version, payload):
             winner = log_commit.read_commit(self._log_dir, version)
-            if winner is None or not log_commit.leaves_files(winner, removed):
+            held = None if self._held is None else self._held.version
+            if winner is None or not log_commit.leaves_files(winner, removed, held):
                 self._fs.delete_file(paths.join(self._fs_base, merged.path))
                 return 0
             version += 1
@@ -706,6 +755,9 @@ class DeltaPartitionLog:
         for info in self._fs.get_file_info(pafs.FileSelector(log_dir)):
             name = info.path.rsplit("/", 1)[-1]
             head = name.split(".", 1)[0]
+            if log_commit.is_stale_temporary(name) and info.mtime.timestamp() < cutoff_s:
+                self._fs.delete_file(info.path)  # a direct commit crashed before linking it
+                continue
             if not (head.isdigit() and (name.endswith(".json") or ".checkpoint." in name)):
                 continue
             if int(head) < keep_from_version and info.mtime.timestamp() < cutoff_s:
@@ -715,7 +767,9 @@ class DeltaPartitionLog:
 
     def maybe_compact_files(self) -> int:
         """Housekeeping's small-file compaction, run on this log's own table and snapshot
-        (for tools and tests that drive a log directly, between their appends).
+        (for tools and tests that drive a log directly, between their appends). Not safe
+        concurrently with `append` or `housekeeping` on the same object: it replaces the
+        snapshot.
 
         Returns:
             The number of files replaced (0 when no run is long enough).
@@ -776,6 +830,13 @@ def _empty_records() -> pa.Table:
 
 def _is_txn_conflict(error: CommitFailedError) -> bool:
     return "Concurrent transaction" in str(error)
+
+
+def _first_offset_at_or_after(table: pa.Table, timestamp_ms: int) -> int | None:
+    """The smallest offset in `table` whose timestamp is >= `timestamp_ms` (any row order)."""
+    threshold = pa.scalar(timestamp_ms * 1000, TIMESTAMP_TYPE)
+    matches = pc.greater_equal(table.column("timestamp"), threshold)
+    return pc.min(pc.filter(table.column("offset"), matches)).as_py()
 
 
 def _payload_bytes(table: pa.Table) -> int:
@@ -946,6 +1007,7 @@ def _data_files(dt: DeltaTable) -> list[DataFile]:
     columns = actions.to_pydict()
     modification = [_epoch_ms(value) for value in columns["modification_time"]]
     id_nulls = columns.get("null_count.producer_id", [None] * actions.num_rows)
+    max_timestamps_ms = _max_timestamps_ms(actions)
     return [
         DataFile(
             path=columns["path"][i],
@@ -958,9 +1020,19 @@ def _data_files(dt: DeltaTable) -> list[DataFile]:
             has_producer_ids=None
             if id_nulls[i] is None
             else id_nulls[i] < columns["num_records"][i],
+            max_timestamp_ms=max_timestamps_ms[i],
         )
         for i in range(actions.num_rows)
     ]
+
+
+def _max_timestamps_ms(actions: pa.Table) -> list[int | None]:
+    """Each file's `maxValues.timestamp` in ms. Exact integers, not `datetime.timestamp()`
+    floats, whose rounding could shave a millisecond and make a reader skip a file it needs."""
+    if "max.timestamp" not in actions.column_names:
+        return [None] * actions.num_rows
+    micros = actions.column("max.timestamp").cast(pa.int64()).to_pylist()
+    return [None if value is None else -(-value // 1000) for value in micros]
 
 
 class _VersionTaken(Exception):
@@ -974,17 +1046,42 @@ class _VisibleAfterReload(Exception):
 
 
 def _rearranged(snapshot: LogSnapshot, version: int, change: log_commit.Rearrangement):
-    """`snapshot` with another writer's file rearrangement (commit `version`) applied."""
+    """`snapshot` with another writer's file rearrangement (commit `version`) applied.
+
+    Only a provable rewrite is stepped over: the removed files are all known, no added path is
+    already live, and the added files hold exactly the removed offsets (same records, same
+    range, no overlap with kept files). Anything else (e.g. a statistics recompute re-adding
+    live files) makes the writer reload instead.
+    """
     kept = [f for f in snapshot.files if f.path not in change.removed_paths]
-    if len(snapshot.files) - len(kept) != len(change.removed_paths):
-        raise _VersionTaken(version)  # it removed files we do not know: reload
-    files = sorted([*kept, *map(_data_file_from_add, change.adds)], key=lambda f: f.min_offset)
+    removed = [f for f in snapshot.files if f.path in change.removed_paths]
+    if len(removed) != len(change.removed_paths) or not removed:
+        raise _VersionTaken(version)
+    try:
+        added = [_data_file_from_add(add) for add in change.adds]
+    except (KeyError, TypeError, ValueError):
+        raise _VersionTaken(version) from None  # no usable statistics: reload
+    live = {f.path for f in kept}
+    if any(f.path in live for f in added) or len({f.path for f in added}) != len(added):
+        raise _VersionTaken(version)
+    same_records = sum(f.num_records for f in added) == sum(f.num_records for f in removed)
+    same_range = added and (
+        min(f.min_offset for f in added) == min(f.min_offset for f in removed)
+        and max(f.max_offset for f in added) == max(f.max_offset for f in removed)
+    )
+    if not (same_records and same_range):
+        raise _VersionTaken(version)
+    files = sorted([*kept, *added], key=lambda f: f.min_offset)
+    for previous, current in zip(files, files[1:], strict=False):
+        if current.min_offset <= previous.max_offset:
+            raise _VersionTaken(version)
     return LogSnapshot(version, snapshot.high_watermark, tuple(files), snapshot.tail)
 
 
 def _data_file_from_add(add: dict) -> DataFile:
     stats = json.loads(add["stats"])
     id_nulls = stats.get("nullCount", {}).get("producer_id")
+    max_timestamp = stats.get("maxValues", {}).get("timestamp")
     return DataFile(
         path=add["path"],
         segment=int(add["partitionValues"][PARTITION_COLUMN]),
@@ -994,7 +1091,20 @@ def _data_file_from_add(add: dict) -> DataFile:
         size_bytes=add["size"],
         modification_time_ms=add["modificationTime"],
         has_producer_ids=None if id_nulls is None else id_nulls < stats["numRecords"],
+        max_timestamp_ms=None if max_timestamp is None else _iso_to_ms_ceiled(max_timestamp),
     )
+
+
+def _iso_to_ms_ceiled(text: str) -> int:
+    """An ISO-8601 statistics timestamp (`2024-01-01T00:00:00.123Z`; naive = UTC) in ms,
+    ceiled so that a bound with microseconds never drops below the true maximum."""
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return -(-(parsed - _EPOCH) // timedelta(milliseconds=1))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _epoch_ms(value) -> int:

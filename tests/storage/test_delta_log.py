@@ -9,7 +9,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from storage_layout import delta_log
 from storage_layout.delta_log import COMPACT_FILES_MIN, DeltaPartitionLog
@@ -17,6 +17,7 @@ from storage_layout.errors import (
     AppendConflict,
     CorruptPartition,
     OffsetOutOfRange,
+    StorageUnavailable,
     UnsupportedTableFeatures,
 )
 from storage_layout.records import NewRecord
@@ -306,3 +307,119 @@ def test_compaction_is_size_tiered():
     )
     broken = _files([1] * 20) + (large,) + _files([1] * COMPACT_FILES_MIN, first_offset=21)
     assert delta_log._small_file_run(broken)[0].path == "f21"
+
+
+# ---- offsets for timestamps (ListOffsets by time) --------------------------------------------
+
+# CreateTime timestamps of three appends, out of order within and across files.
+_TIMESTAMP_BATCHES = [[100, 300, 200], [150, 400, 50], [500, 250]]
+
+
+def _append_timestamps(log: DeltaPartitionLog, batches: list[list[int]]) -> list[int]:
+    for batch in batches:
+        log.append([NewRecord(None, b"v", ms) for ms in batch], config=CONFIG)
+    return [ms for batch in batches for ms in batch]
+
+
+def _first_at_or_after(timestamps: list[int], target_ms: int) -> int | None:
+    return next((offset for offset, ms in enumerate(timestamps) if ms >= target_ms), None)
+
+
+def test_offset_for_timestamp_with_out_of_order_create_times(table_uri):
+    """The earliest offset with timestamp >= T, not a binary search: the same answers from
+    the writer (in-memory tail) and a reopened log (files only), before the first record, on
+    exact matches, between records, and None after the last."""
+    writer = DeltaPartitionLog.open(table_uri)
+    timestamps = _append_timestamps(writer, _TIMESTAMP_BATCHES)
+    reopened = DeltaPartitionLog.open(table_uri)
+    assert len(reopened.snapshot.files) == 3 and not reopened.snapshot.tail
+    targets = {0: 0, 100: 0, 101: 1, 300: 1, 301: 4, 401: 6, 500: 6, 501: None}
+    for target, expected in targets.items():
+        assert _first_at_or_after(timestamps, target) == expected  # the oracle agrees
+        assert writer.offset_for_timestamp(target) == expected, target
+        assert reopened.offset_for_timestamp(target) == expected, target
+    for target in range(0, 520, 7):
+        assert reopened.offset_for_timestamp(target) == _first_at_or_after(timestamps, target)
+
+
+def test_offset_for_timestamp_skips_files_by_their_max_timestamp(table_uri):
+    """Files whose statistics put every record before T are not read: with their Parquet
+    gone, a later T still answers, while a T that needs them fails loudly."""
+    writer = DeltaPartitionLog.open(table_uri)
+    _append_timestamps(writer, [[10, 30], [20, 40], [1000, 900]])
+    reopened = DeltaPartitionLog.open(table_uri)
+    assert [f.max_timestamp_ms for f in reopened.snapshot.files] == [30, 40, 1000]
+    for data_file in reopened.snapshot.files[:2]:
+        os.remove(os.path.join(table_uri, data_file.path))
+    assert reopened.offset_for_timestamp(41) == 4
+    assert reopened.offset_for_timestamp(901) == 4
+    assert reopened.offset_for_timestamp(1001) is None
+    with pytest.raises(StorageUnavailable):
+        reopened.offset_for_timestamp(35)
+
+
+def test_max_timestamp_ms_from_the_writer_statistics_and_compaction(table_uri):
+    """Each DataFile's max_timestamp_ms is the same from the writer, from the statistics on a
+    reopen, and from another writer's compaction commit that this writer steps over."""
+    writer = DeltaPartitionLog.open(table_uri)
+    for index in range(COMPACT_FILES_MIN):
+        writer.append([NewRecord(None, b"v", 5_000 - index)], config=CONFIG)
+    written = [f.max_timestamp_ms for f in writer.snapshot.files]
+    assert written == [5_000 - index for index in range(COMPACT_FILES_MIN)]
+    assert [f.max_timestamp_ms for f in DeltaPartitionLog.open(table_uri).snapshot.files] == written
+    other = DeltaPartitionLog.open(table_uri)
+    assert other.maybe_compact_files() == COMPACT_FILES_MIN
+    writer.append([NewRecord(None, b"v", 7)], config=CONFIG)  # steps over the compaction
+    assert [f.max_timestamp_ms for f in writer.snapshot.files] == [5_000, 7]
+    assert [f.max_timestamp_ms for f in DeltaPartitionLog.open(table_uri).snapshot.files] == [
+        5_000,
+        7,
+    ]
+    assert writer.offset_for_timestamp(4_990) == 0
+    assert writer.offset_for_timestamp(4_999) == 0
+    assert writer.offset_for_timestamp(5_001) is None
+
+
+def test_offset_for_timestamp_trusts_truncated_foreign_statistics(table_uri):
+    """A file written by another tool with microsecond timestamps: delta-rs truncates its
+    statistics to the millisecond, which must not make the file look older than it is."""
+    micros = 1_700_000_000_123_456
+    table = pa.table(
+        {
+            "offset": pa.array([0], pa.int64()),
+            "timestamp": pa.array([micros], PARTITION_SCHEMA.field("timestamp").type),
+            "timestamp_type": pa.array([0], pa.int8()),
+            "key": pa.array([None], pa.binary()),
+            "value": pa.array([b"x"], pa.binary()),
+            "headers": pa.nulls(1, PARTITION_SCHEMA.field("headers").type),
+            "producer_id": pa.nulls(1, pa.int64()),
+            "producer_epoch": pa.nulls(1, pa.int16()),
+            "sequence": pa.nulls(1, pa.int32()),
+            "segment": pa.array([0], pa.int64()),
+        },
+        schema=PARTITION_SCHEMA,
+    )
+    write_deltalake(
+        table_uri,
+        table,
+        mode="append",
+        partition_by=["segment"],
+        commit_properties=CommitProperties(app_transactions=[Transaction("log", 0)]),
+    )
+    log = DeltaPartitionLog.open(table_uri)
+    assert log.snapshot.files[0].max_timestamp_ms == micros // 1000
+    assert log.offset_for_timestamp(micros // 1000) == 0
+    assert log.offset_for_timestamp(micros // 1000 + 1) is None
+
+
+def test_offset_for_timestamp_answers_from_the_tail(table_uri):
+    """Offsets the writer's in-memory tail holds are not read from Parquet: with the files
+    gone, the writer still answers, while a reopened log (no tail) cannot."""
+    writer = DeltaPartitionLog.open(table_uri)
+    timestamps = _append_timestamps(writer, _TIMESTAMP_BATCHES)
+    for data_file in writer.snapshot.files:
+        os.remove(os.path.join(table_uri, data_file.path))
+    for target in (0, 101, 301, 501):
+        assert writer.offset_for_timestamp(target) == _first_at_or_after(timestamps, target)
+    with pytest.raises(StorageUnavailable):
+        DeltaPartitionLog.open(table_uri).offset_for_timestamp(0)
