@@ -1,0 +1,1 @@
+"""Consumer groups: membership, rebalances, partition assignment and committed offsets."""
