@@ -10,8 +10,10 @@ from api.broker.broker import Broker
 from api.errors import install_error_handlers
 from api.limits import BodyLimitMiddleware
 from api.routes import (
+    groups,
     internal,
     records,
+    v2_consumers,
     v2_produce,
     v2_topics,
     v3_producers,
@@ -44,7 +46,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.broker = broker
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, bytes_max=settings.request_bytes_max)
-    routers = (v2_topics, v2_produce, records, v3_topics, v3_records, v3_producers, internal)
+    routers = (
+        v2_topics,
+        v2_produce,
+        v2_consumers,
+        groups,
+        records,
+        v3_topics,
+        v3_records,
+        v3_producers,
+        internal,
+    )
     for module in routers:
         app.include_router(module.router)
 

@@ -2,7 +2,9 @@
 
 Codes follow the Confluent REST Proxy (40401 unknown topic, 40402 unknown partition, 40002 bad
 request, 413, 415, 422xx validation, 50003 retriable). lakelog-only codes keep the same shape:
-41601 offset out of range; 409xx idempotent-producer rejections (Kafka's error names).
+41601 offset out of range; 409xx idempotent-producer rejections and consumer-group errors
+(Kafka's error names: 40910 ILLEGAL_GENERATION, 40911 UNKNOWN_MEMBER_ID, 40912
+REBALANCE_IN_PROGRESS, 40913 FENCED_INSTANCE_ID, ...).
 """
 
 from __future__ import annotations
@@ -21,6 +23,23 @@ from api.broker.errors import (
     InvalidProducerRequest,
     InvalidRequest,
     RecordTooLarge,
+)
+from api.groups.errors import (
+    ConsumerFormatMismatch,
+    ConsumerInstanceExists,
+    ConsumerInstanceNotFound,
+    FencedInstanceId,
+    GroupNotFound,
+    IllegalConsumerState,
+    IllegalGeneration,
+    InconsistentGroupProtocol,
+    InvalidConsumerConfig,
+    InvalidGroupRequest,
+    NonEmptyGroup,
+    NoOffsetForPartition,
+    NotCoordinator,
+    RebalanceInProgress,
+    UnknownMemberId,
 )
 from storage_layout.errors import (
     AppendConflict,
@@ -61,6 +80,21 @@ ERROR_STATUS: dict[type[Exception], tuple[int, int]] = {
     DuplicateSequence: (409, 40905),
     ProducerFenced: (409, 40906),
     UnknownProducerId: (409, 40907),
+    ConsumerInstanceNotFound: (404, 40403),
+    GroupNotFound: (404, 40405),
+    ConsumerFormatMismatch: (406, 40601),
+    ConsumerInstanceExists: (409, 40902),
+    IllegalConsumerState: (409, 40903),
+    IllegalGeneration: (409, 40910),
+    UnknownMemberId: (409, 40911),
+    RebalanceInProgress: (409, 40912),
+    FencedInstanceId: (409, 40913),
+    InconsistentGroupProtocol: (409, 40914),
+    NonEmptyGroup: (409, 40915),
+    NoOffsetForPartition: (409, 40916),
+    InvalidConsumerConfig: (422, 42204),
+    InvalidGroupRequest: (422, 42212),
+    NotCoordinator: (503, 50003),
     AppendConflict: (503, 50003),
     StorageUnavailable: (503, 50003),
     BrokerShuttingDown: (503, 50003),

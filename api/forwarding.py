@@ -8,6 +8,7 @@ from starlette.responses import Response
 
 from api.broker.broker import Broker
 from api.broker.errors import NotLeader
+from api.groups.errors import NotCoordinator
 
 _PASSED_HEADERS = ("accept", "content-type")
 
@@ -22,6 +23,27 @@ async def proxy_to_leader(request: Request, broker: Broker, leader_url: str) -> 
     except httpx.HTTPError as error:
         raise NotLeader(
             f"The partition's leader at {leader_url} is unreachable ({type(error).__name__}); "
+            f"retry shortly."
+        ) from None
+    media_type = answer.headers.get("content-type")
+    return Response(answer.content, answer.status_code, media_type=media_type)
+
+
+async def forward_request(request: Request, broker: Broker, node_url: str) -> Response:
+    """Send the same request (method, path, query, body) to another node and return its
+    answer unchanged: how any node serves a consumer group coordinated elsewhere."""
+    headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED_HEADERS}
+    try:
+        answer = await broker.http.request(
+            request.method,
+            node_url + request.url.path,
+            params=request.query_params,
+            headers=headers,
+            content=await request.body(),
+        )
+    except httpx.HTTPError as error:
+        raise NotCoordinator(
+            f"The group's coordinator at {node_url} is unreachable ({type(error).__name__}); "
             f"retry shortly."
         ) from None
     media_type = answer.headers.get("content-type")

@@ -408,6 +408,13 @@ def iso_ms(epoch_ms: int) -> str:
 
 def records_to_json(records: pa.Table, *, topic: str, partition: int, embedded: str) -> bytes:
     """Fetched records as the v2 consumer API shows them, plus timestamp and headers."""
+    return orjson.dumps(
+        records_to_items(records, topic=topic, partition=partition, embedded=embedded)
+    )
+
+
+def records_to_items(records: pa.Table, *, topic: str, partition: int, embedded: str) -> list[dict]:
+    """The records of `records_to_json`, before encoding."""
     columns = records.select(["offset", "timestamp_type", "key", "value", "headers"]).to_pydict()
     timestamps_ms = pc.divide(records.column("timestamp").cast(pa.int64()), 1000).to_pylist()
     encode = _b64 if embedded == BINARY else _json_value
@@ -426,7 +433,7 @@ def records_to_json(records: pa.Table, *, topic: str, partition: int, embedded: 
         if headers:
             item["headers"] = [{"key": h["key"], "value": _b64(h["value"])} for h in headers]
         items.append(item)
-    return orjson.dumps(items)
+    return items
 
 
 def _b64(data: bytes | None) -> str | None:

@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     fetch_records_max: int = Field(default=10_000, gt=0)
     tail_records_max: int = Field(default=20_000, ge=0)
 
+    # REST consumer instances idle this long are deleted (Confluent's consumer.instance.timeout.ms).
+    consumer_instance_timeout_ms: int = Field(default=300_000, gt=0)
+
     # Several nodes on one root: a node that has not renewed its liveness record for
     # `lease_ms` is dead and its partitions move; it renews every `heartbeat_ms`.
     lease_ms: int = Field(default=6_000, ge=100)

@@ -32,6 +32,7 @@ from api.broker.writer import BatchAck, CommitLimits
 from conf.settings import Settings
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog, TopicInfo, check_partition_count
+from storage_layout.consumer_offsets import ConsumerOffsets
 from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import ProducerError, TopicExists, TopicNotFound
 from storage_layout.nodes import NodeRegistry
@@ -123,6 +124,8 @@ class Broker:
         self._topics_loaded_at = 0.0
         self.cluster: Cluster | None = None
         self.leaders: Leaders | None = None
+        self.groups = None  # GroupCoordinator, once started
+        self.consumers = None  # ConsumerInstances (REST v2 consumers), once started
         self._maintenance: asyncio.Task | None = None
         self._http: httpx.AsyncClient | None = None
         self._round_robin: dict[str, RoundRobin] = {}
@@ -153,7 +156,33 @@ class Broker:
             fault_point=self.settings.fault_point,
         )
         self._http = httpx.AsyncClient(timeout=self.settings.forward_timeout_ms / 1000)
+        await self._start_groups()
         self._maintenance = asyncio.get_running_loop().create_task(self._maintain_forever())
+
+    async def _start_groups(self) -> None:
+        # Imported here: the group layer builds on the broker (it reads partitions through it).
+        from api.groups.coordinator import GroupCoordinator
+        from api.groups.instances import ConsumerInstances
+
+        offsets = await self._blocking(ConsumerOffsets, self.root)
+        self.groups = GroupCoordinator(
+            offsets=offsets,
+            node_id=self.cluster.node_id,
+            live_nodes=self.cluster.live_nodes,
+            node_url=self.cluster.url,
+            topics=self._partition_counts,
+            blocking=self._blocking,
+        )
+        self.consumers = ConsumerInstances(
+            self,
+            self.groups,
+            instance_timeout_ms=self.settings.consumer_instance_timeout_ms,
+            request_timeout_max_ms=self.settings.fetch_timeout_ms_max,
+        )
+        self.groups.start()
+
+    async def _partition_counts(self) -> dict[str, int]:
+        return {topic.name: topic.partitions for topic in await self.list_topics()}
 
     def _cluster_settings(self) -> ClusterSettings:
         settings = self.settings
@@ -166,6 +195,8 @@ class Broker:
         self._closing = True
         if self._maintenance is not None:
             self._maintenance.cancel()
+        if self.groups is not None:
+            await self.groups.close()
         if self.leaders is not None:
             await self.leaders.close()
         if self.cluster is not None:
@@ -181,6 +212,7 @@ class Broker:
                 await self._blocking(self.cluster.heartbeat)
                 keys = [(t.name, p) for t in self._topics.values() for p in range(t.partitions)]
                 await self.leaders.maintain(keys)
+                await self.consumers.expire_idle()
             except asyncio.CancelledError:
                 raise
             except Exception:  # keep renewing: one failed round must not stop the node
@@ -259,6 +291,19 @@ class Broker:
         """
         (await self.topic(topic_name)).check_partition(partition)
         return (await self.leaders.writer(topic_name, partition)).log.bounds()
+
+    async def offset_for_timestamp(
+        self, topic_name: str, partition: int, timestamp_ms: int
+    ) -> int | None:
+        """Kafka's ListOffsets by time: the earliest offset with timestamp >= timestamp_ms."""
+        (await self.topic(topic_name)).check_partition(partition)
+        log = (await self.leaders.writer(topic_name, partition)).log
+        return await self._blocking(log.offset_for_timestamp, timestamp_ms)
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The client this node uses to reach other nodes (forwarding, remote reads)."""
+        return self._http
 
     async def partition_leader(self, topic_name: str, partition: int) -> int | None:
         """The node that leads the partition (None if it has never been written)."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from api.broker.broker import Broker
@@ -59,13 +61,26 @@ async def get_partition(topic: str, partition: int, broker: BrokerDep) -> dict:
     response_model=None,
 )
 async def get_partition_offsets(
-    topic: str, partition: int, request: Request, broker: BrokerDep
+    topic: str,
+    partition: int,
+    request: Request,
+    broker: BrokerDep,
+    timestamp: Annotated[
+        int | None,
+        Query(
+            description="lakelog extension: also return `timestamp_offset`, the earliest offset "
+            "whose timestamp (epoch ms) is >= this (null if none; Kafka's offsetsForTimes)",
+        ),
+    ] = None,
 ) -> dict | Response:
     leader_url = await broker.remote_leader_url(topic, partition)
     if leader_url is not None:  # the leader's snapshot is current; ours would need a reload
         return await proxy_to_leader(request, broker, leader_url)
     bounds = await broker.partition_bounds(topic, partition)
-    return {"beginning_offset": bounds.log_start_offset, "end_offset": bounds.high_watermark}
+    body = {"beginning_offset": bounds.log_start_offset, "end_offset": bounds.high_watermark}
+    if timestamp is not None:
+        body["timestamp_offset"] = await broker.offset_for_timestamp(topic, partition, timestamp)
+    return body
 
 
 @router.get("/brokers", summary="Gateway nodes")

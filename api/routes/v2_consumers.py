@@ -1,0 +1,307 @@
+"""Confluent REST v2 consumer API: `/consumers/{group}` and its instances.
+
+Every route first finds the group's coordinator node; another node's request is forwarded
+there, so any node serves any instance (the REST Proxy's instances are sticky to one node).
+Paths also work with a trailing slash, as Karapace accepts them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from starlette.responses import Response
+
+from api.broker.broker import Broker
+from api.deps import BrokerDep, base_url
+from api.errors import ApiError
+from api.forwarding import forward_request
+from api.groups.group import Subscription
+from api.groups.instances import InstanceConfig
+from api.wire import fetch_format, parse_json
+from storage_layout.records import TopicPartition
+
+router = APIRouter(tags=["consumers (v2)"])
+
+V2_TYPE = "application/vnd.kafka.v2+json"
+_RECORD_TYPES = {
+    "binary": "application/vnd.kafka.binary.v2+json",
+    "json": "application/vnd.kafka.json.v2+json",
+}
+INSTANCE = "/consumers/{group}/instances/{instance}"
+
+
+def _routes(method: str, path: str, **kwargs) -> Callable:
+    """Register `path` and, hidden from the docs, `path/`."""
+
+    def register(function: Callable) -> Callable:
+        router.add_api_route(path, function, methods=[method], **kwargs)
+        router.add_api_route(
+            path + "/", function, methods=[method], include_in_schema=False, **kwargs
+        )
+        return function
+
+    return register
+
+
+async def _remote(request: Request, broker: Broker, group: str) -> Response | None:
+    url = broker.groups.remote_url(group)
+    return None if url is None else await forward_request(request, broker, url)
+
+
+def _no_content() -> Response:
+    return Response(status_code=204)
+
+
+def _json(body: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status, media_type=V2_TYPE)
+
+
+async def _body(request: Request, *, required: bool = True) -> dict:
+    raw = await request.body()
+    if not raw.strip() and not required:
+        return {}
+    document = parse_json(raw)
+    if not isinstance(document, dict):
+        raise ApiError(422, 422, "The request body must be a JSON object.")
+    return document
+
+
+# ---- instances -------------------------------------------------------------------------------
+
+
+@_routes("POST", "/consumers/{group}", summary="Create a consumer instance")
+async def create_instance(group: str, request: Request, broker: BrokerDep) -> Response:
+    if (forwarded := await _remote(request, broker, group)) is not None:
+        return forwarded
+    config = InstanceConfig.parse(await _body(request, required=False))
+    await broker.consumers.create(group, config)
+    base = base_url(request, broker.settings)
+    uri = f"{base}/consumers/{group}/instances/{config.name}"
+    return _json({"instance_id": config.name, "base_uri": uri})
+
+
+@_routes("DELETE", INSTANCE, summary="Delete a consumer instance (leaves its group)")
+async def delete_instance(group: str, instance: str, request: Request, broker: BrokerDep):
+    if (forwarded := await _remote(request, broker, group)) is not None:
+        return forwarded
+    await broker.consumers.delete(group, instance)
+    return _no_content()
+
+
+# ---- subscription and assignments ---------------------------------------------------------------
+
+
+@_routes("POST", INSTANCE + "/subscription", summary="Subscribe to topics or a topic pattern")
+async def subscribe(group: str, instance: str, request: Request, broker: BrokerDep):
+    if (forwarded := await _remote(request, broker, group)) is not None:
+        return forwarded
+    await broker.consumers.subscribe(group, instance, _subscription(await _body(request)))
+    return _no_content()
+
+
+@_routes("GET", INSTANCE + "/subscription", summary="Subscribed topics")
+async def get_subscription(group: str, instance: str, request: Request, broker: BrokerDep):
+    if (forwarded := await _remote(request, broker, group)) is not None:
+        return forwarded
+    return _json({"topics": broker.consumers.subscribed_topics(group, instance)})
+
+
+@_routes("DELETE", INSTANCE + "/subscription", summary="Unsubscribe (leave the group)")
+async def unsubscribe(group: str, instance: str, request: Request, broker: BrokerDep):
+    if (forwarded := await _remote(request, broker, group)) is not None:
+        return forwarded
+    await broker.consumers.unsubscribe(group, instance)
+    return _no_content()
+
+
+@_routes("POST", INSTANCE + "/assignments", summary="Assign partitions manually")
+async def assign(group: str, instance: str, request: Request, broker: BrokerDep):
+    if (forwarded := await _remote(request, broker, group)) is not None:
+        return forwarded
+    partitions = _partitions(await _body(request))
+    await broker.consumers.assign(group, instance, partitions)
+    return _no_content()
+
+
+@_routes("GET", INSTANCE + "/assignments", summary="Partitions assigned to the instance")
+async def get_assignments(group: str, instance: str, request: Request, broker: BrokerDep):
+    if (forwarded := await _remote(request, broker, group)) is not None:
+        return forwarded
+    partitions = await broker.consumers.assignment(group, instance)
+    return _json({"partitions": [_tp(tp) for tp in partitions]})
+
+
+# ---- positions -------------------------------------------------------------------------------
+
+
+@_routes("POST", INSTANCE + "/positions", summary="Seek to offsets or timestamps")
+async def seek(group: str, instance: str, request: Request, broker: BrokerDep):
+    if (forwarded := await _remote(request, broker, group)) is not None:
+        return forwarded
+    body = await _body(request)
+    if "timestamps" in body:
+        timestamps = {
+            _tp_of(item): _timestamp_ms(item.get("timestamp")) for item in _list(body, "timestamps")
+        }
+        await broker.consumers.seek_timestamps(group, instance, timestamps)
+    else:
+        offsets = {_tp_of(item): _int(item, "offset") for item in _list(body, "offsets")}
+        await broker.consumers.seek(group, instance, offsets)
+    return _no_content()
+
+
+@_routes("POST", INSTANCE + "/positions/beginning", summary="Seek to the beginning")
+async def seek_beginning(group: str, instance: str, request: Request, broker: BrokerDep):
+    if (forwarded := await _remote(request, broker, group)) is not None:
+        return forwarded
+    partitions = _partitions(await _body(request))
+    await broker.consumers.seek_to(group, instance, partitions, end=False)
+    return _no_content()
+
+
+@_routes("POST", INSTANCE + "/positions/end", summary="Seek to the end")
+async def seek_end(group: str, instance: str, request: Request, broker: BrokerDep):
+    if (forwarded := await _remote(request, broker, group)) is not None:
+        return forwarded
+    partitions = _partitions(await _body(request))
+    await broker.consumers.seek_to(group, instance, partitions, end=True)
+    return _no_content()
+
+
+# ---- records and offsets ---------------------------------------------------------------------
+
+
+@_routes("GET", INSTANCE + "/records", summary="Fetch records (returns as soon as any arrive)")
+async def get_records(
+    group: str,
+    instance: str,
+    request: Request,
+    broker: BrokerDep,
+    timeout: Annotated[int | None, Query(ge=0, description="Longest wait in ms")] = None,
+    max_bytes: Annotated[int | None, Query(gt=0, description="Bytes of keys and values")] = None,
+) -> Response:
+    if (forwarded := await _remote(request, broker, group)) is not None:
+        return forwarded
+    embedded = fetch_format(request.headers.get("accept"))
+    accept = (request.headers.get("accept") or "*/*").lower()
+    if "vnd.kafka." not in accept or "v2+json" not in accept:
+        embedded = broker.consumers.get(group, instance).config.embedded  # generic Accept
+    settings = broker.settings
+    items = await broker.consumers.records(
+        group,
+        instance,
+        timeout_ms=timeout,
+        bytes_max=min(max_bytes or settings.fetch_bytes_max_default, settings.fetch_bytes_max_cap),
+        embedded=embedded,
+    )
+    return Response(orjson.dumps(items), media_type=_RECORD_TYPES[embedded])
+
+
+@_routes("POST", INSTANCE + "/offsets", summary="Commit offsets (last consumed; empty = all)")
+async def commit_offsets(group: str, instance: str, request: Request, broker: BrokerDep):
+    if (forwarded := await _remote(request, broker, group)) is not None:
+        return forwarded
+    body = await _body(request, required=False)
+    offsets = {
+        _tp_of(item): (_int(item, "offset"), item.get("metadata"))
+        for item in (_list(body, "offsets") if body.get("offsets") is not None else [])
+    }
+    await broker.consumers.commit(group, instance, offsets)
+    return _json([])
+
+
+@_routes("GET", INSTANCE + "/offsets", summary="Committed offsets (JSON body lists partitions)")
+async def get_offsets(group: str, instance: str, request: Request, broker: BrokerDep):
+    if (forwarded := await _remote(request, broker, group)) is not None:
+        return forwarded
+    body = await _body(request, required=False)
+    if "partitions" not in body:
+        raise ApiError(
+            404, 40402, 'List the partitions in the request body: {"partitions": [...]}.'
+        )
+    committed = await broker.consumers.committed(group, instance, _partitions(body))
+    offsets = [
+        {
+            **_tp(tp),
+            "offset": -1 if stored is None else stored.offset,
+            "metadata": None if stored is None else stored.metadata,
+        }
+        for tp, stored in committed.items()
+    ]
+    return _json({"offsets": offsets})
+
+
+# ---- body parsing ------------------------------------------------------------------------------
+
+
+def _subscription(body: dict) -> Subscription:
+    topics, pattern = body.get("topics"), body.get("topic_pattern")
+    if topics is not None and pattern is not None:
+        raise ApiError(
+            409,
+            40903,
+            "Illegal state: Subscription to topics, partitions and pattern are mutually exclusive",
+        )
+    if pattern is not None:
+        if not isinstance(pattern, str) or not pattern:
+            raise ApiError(422, 422, "topic_pattern must be a non-empty regular expression.")
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ApiError(422, 422, f"topic_pattern is not a valid regex: {error}.") from None
+        return Subscription(pattern=pattern)
+    if not isinstance(topics, list) or not topics or not all(isinstance(t, str) for t in topics):
+        raise ApiError(422, 422, "topics must be a non-empty list of topic names.")
+    return Subscription(topics=frozenset(topics))
+
+
+def _list(body: dict, name: str) -> list[dict]:
+    items = body.get(name)
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise ApiError(422, 422, f"'{name}' must be a list of objects.")
+    return items
+
+
+def _partitions(body: dict) -> list[TopicPartition]:
+    return [_tp_of(item) for item in _list(body, "partitions")]
+
+
+def _tp_of(item: dict) -> TopicPartition:
+    topic, partition = item.get("topic"), item.get("partition")
+    if not isinstance(topic, str) or not isinstance(partition, int) or isinstance(partition, bool):
+        raise ApiError(
+            422, 422, f"Each entry needs a string 'topic' and an integer 'partition': {item}"
+        )
+    return TopicPartition(topic, partition)
+
+
+def _int(item: dict, name: str) -> int:
+    value = item.get(name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ApiError(422, 422, f"'{name}' must be an integer in {item}.")
+    return value
+
+
+def _timestamp_ms(value: object) -> int:
+    """ISO-8601 (Confluent) or epoch milliseconds."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+        else:
+            if parsed.tzinfo is None:
+                raise ApiError(422, 422, f"Timestamp '{value}' needs a time zone (e.g. Z).")
+            return int(parsed.timestamp() * 1000)
+    raise ApiError(422, 422, f"'timestamp' must be ISO-8601 or epoch ms, not {value!r}.")
+
+
+def _tp(tp: TopicPartition) -> dict:
+    return {"topic": tp.topic, "partition": tp.partition}
