@@ -305,7 +305,16 @@ class GroupCoordinator:
         if not slot.group.ready_to_complete():
             return  # another coroutine completed it meanwhile
         partitions = await self._topics()
+        if not slot.group.ready_to_complete():
+            return
         slot.group.complete_rebalance(partitions, frozenset(partitions))
+        log.info(
+            "group %s generation %s: %s members, %s",
+            group_id,
+            slot.group.generation,
+            len(slot.group.members),
+            slot.group.state.value,
+        )
         slot.topics_seen = _relevant(slot.group, partitions)
         self._notify(slot)
 
