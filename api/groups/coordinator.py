@@ -174,6 +174,10 @@ class GroupCoordinator:
             raise UnknownMemberId(f"Member {member.member_id} was removed during the rebalance.")
         if group.state == GroupState.PREPARING_REBALANCE:
             raise RebalanceInProgress(f"Group '{group_id}' did not finish rebalancing in time.")
+        # The join response carries the assignment (computed here, not by a leader member),
+        # so delivering it is the member's sync; a separate sync call is optional.
+        group.sync(member.member_id, group.generation)
+        self._notify(slot)
         return JoinResult(
             member.member_id,
             group.generation,
