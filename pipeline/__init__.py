@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pipeline.lag import committed_offsets, group_lag
     from pipeline.read import (
         KAFKA_HEADERS_TYPE,
         KAFKA_SCHEMA,
@@ -25,6 +26,8 @@ _EXPORTS = {
     "KAFKA_SCHEMA_WITH_HEADERS": "pipeline.read",
     "read_topic": "pipeline.read",
     "build_spark_session": "pipeline.spark",
+    "committed_offsets": "pipeline.lag",
+    "group_lag": "pipeline.lag",
 }
 
 __all__ = [
@@ -32,6 +35,8 @@ __all__ = [
     "KAFKA_SCHEMA",
     "KAFKA_SCHEMA_WITH_HEADERS",
     "build_spark_session",
+    "committed_offsets",
+    "group_lag",
     "read_topic",
 ]
 
