@@ -16,6 +16,7 @@ from api.routes import (
     v2_consumers,
     v2_produce,
     v2_topics,
+    v3_groups,
     v3_producers,
     v3_records,
     v3_topics,
@@ -55,6 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         v3_topics,
         v3_records,
         v3_producers,
+        v3_groups,
         internal,
     )
     for module in routers:

@@ -1,4 +1,5 @@
-"""`lakelog`: serve the gateway; manage topics, produce and consume like Kafka's console tools.
+"""`lakelog`: serve the gateway; manage topics and consumer groups, produce and consume like
+Kafka's console tools.
 
 Client commands talk to a gateway over HTTP (`--bootstrap-server`, default
 $LAKELOG_BOOTSTRAP_SERVER or http://127.0.0.1:8082), as Kafka's tools talk to a broker, so every
@@ -13,6 +14,7 @@ import os
 import select
 import sys
 from collections.abc import Iterator
+from datetime import datetime
 
 import httpx
 
@@ -59,6 +61,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_topics(commands)
     _add_produce(commands)
     _add_consume(commands)
+    _add_groups(commands)
     return parser
 
 
@@ -141,6 +144,49 @@ def _add_consume(commands) -> None:
     consume.set_defaults(handler=_consume)
 
 
+def _add_groups(commands) -> None:
+    groups = commands.add_parser(
+        "groups", help="list and describe consumer groups, reset their offsets"
+    )
+    actions = groups.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="consumer group ids")
+    listing.set_defaults(handler=_groups_list)
+    describe = actions.add_parser("describe", help="state, and offsets and lag per partition")
+    describe.add_argument("--group", required=True)
+    describe.set_defaults(handler=_groups_describe)
+    reset = actions.add_parser(
+        "reset-offsets", help="set a group's committed offsets (the group must have no members)"
+    )
+    reset.add_argument("--group", required=True)
+    scope = reset.add_mutually_exclusive_group(required=True)
+    scope.add_argument(
+        "--topic",
+        action="append",
+        metavar="TOPIC[:P,...]",
+        help="a topic (all its partitions) or some of its partitions; repeatable",
+    )
+    scope.add_argument(
+        "--all-topics", action="store_true", help="every partition the group has an offset for"
+    )
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    target.add_argument("--to-latest", action="store_true", help="the high watermark")
+    target.add_argument("--to-offset", type=int, metavar="N", help="offset N")
+    target.add_argument(
+        "--to-datetime",
+        metavar="ISO8601",
+        help="the first offset at or after this time, e.g. 2024-05-01T12:00:00.000Z "
+        "(no zone: local time)",
+    )
+    target.add_argument("--shift-by", type=int, metavar="N", help="the committed offset + N")
+    mode = reset.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="only print the new offsets")
+    mode.add_argument("--execute", action="store_true", help="commit the new offsets")
+    reset.set_defaults(handler=_groups_reset)
+    for action in (listing, describe, reset):
+        _bootstrap(action)
+
+
 # ---- serve ---------------------------------------------------------------------------------
 
 
@@ -179,16 +225,21 @@ def _client(args) -> httpx.Client:
 
 
 def _call(client: httpx.Client, method: str, path: str, **kwargs) -> httpx.Response:
+    response = _request(client, method, path, **kwargs)
+    if response.status_code >= 400:
+        raise CliError(_error_text(response))
+    return response
+
+
+def _request(client: httpx.Client, method: str, path: str, **kwargs) -> httpx.Response:
+    """The response, whatever its status; CliError only when the gateway cannot be reached."""
     try:
-        response = client.request(method, path, **kwargs)
+        return client.request(method, path, **kwargs)
     except httpx.TransportError as error:
         raise CliError(
             f"cannot reach the gateway at {client.base_url} ({error}); is `lakelog serve` "
             f"running, or is --bootstrap-server wrong?"
         ) from None
-    if response.status_code >= 400:
-        raise CliError(_error_text(response))
-    return response
 
 
 def _error_text(response: httpx.Response) -> str:
@@ -436,6 +487,223 @@ def _text(data: str | None) -> str:
     if data is None:
         return "null"
     return base64.b64decode(data).decode("utf-8", errors="replace")
+
+
+# ---- groups --------------------------------------------------------------------------------
+
+GROUP_NOT_FOUND = 40405
+INACTIVE_STATES = ("Empty", "Dead")  # the states in which Kafka's tool resets offsets
+GROUP_STATE_HEADERS = ("GROUP", "COORDINATOR-ID", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
+GROUP_OFFSETS_HEADERS = (
+    "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
+    "CLIENT-ID",
+)  # fmt: skip
+
+
+def _groups_list(args) -> int:
+    with _client(args) as client:
+        groups = _call(client, "GET", _cluster_path(client, "consumer-groups")).json()["data"]
+    for group in groups:
+        print(group["consumer_group_id"])
+    return EXIT_OK
+
+
+def _groups_describe(args) -> int:
+    """Kafka's `--describe --state` table, then its `--describe --offsets` table: one row per
+    partition with a committed offset or an owner (`-` where there is none)."""
+    with _client(args) as client:
+        group = _call(client, "GET", f"/groups/{args.group}").json()
+        lags_path = _cluster_path(client, "consumer-groups", args.group, "lags")
+        lags = _call(client, "GET", lags_path).json()["data"]
+        rows = _describe_rows(client, group, lags)
+    state = (group["coordinator"], group["protocol"] or "", group["state"], len(group["members"]))
+    _print_table(GROUP_STATE_HEADERS, [(args.group, *state)])
+    print()
+    if not group["members"]:
+        print(f"Consumer group '{args.group}' has no active members.")
+        print()
+    if rows:
+        _print_table(GROUP_OFFSETS_HEADERS, [(args.group, *row) for row in rows])
+    return EXIT_OK
+
+
+def _describe_rows(client: httpx.Client, group: dict, lags: list[dict]) -> list[tuple]:
+    """(topic, partition, current, log end, lag, consumer id, client id), sorted."""
+    rows = {}
+    for lag in lags:
+        owner = (lag["consumer_id"] or "-", lag["client_id"] or "-")
+        offsets = (lag["current_offset"], lag["log_end_offset"], lag["lag"])
+        rows[(lag["topic_name"], lag["partition_id"])] = (*offsets, *owner)
+    for member in group["members"]:
+        for assigned in member["assignment"]:
+            key = (assigned["topic"], assigned["partition"])
+            if key not in rows:  # owned, nothing committed yet: Kafka prints "-"
+                end = _bounds(client, *key)[1]
+                rows[key] = ("-", end, "-", member["member_id"], member["client_id"] or "-")
+    return [(*key, *rows[key]) for key in sorted(rows)]
+
+
+def _groups_reset(args) -> int:
+    """Kafka's `--reset-offsets`: compute the new offsets, commit them only with --execute,
+    print them either way."""
+    timestamp_ms = _timestamp_ms(args.to_datetime) if args.to_datetime else None
+    with _client(args) as client:
+        _check_inactive(client, args.group)
+        committed = _committed(client, args.group)
+        partitions = _reset_scope(client, args, committed)
+        plan = {
+            tp: _new_offset(client, args, tp, committed=committed, timestamp_ms=timestamp_ms)
+            for tp in partitions
+        }
+        if args.execute:
+            offsets = [{"topic": t, "partition": p, "offset": o} for (t, p), o in plan.items()]
+            body = {"generation_id": -1, "offsets": offsets}
+            _call(client, "POST", f"/groups/{args.group}/offsets", json=body)
+    if not args.execute and not args.dry_run:
+        print(
+            "WARN: No action will be performed as the --execute option is missing. Add "
+            "--execute to commit the new offsets, or --dry-run to only print them.",
+            file=sys.stderr,
+        )
+    _print_table(
+        ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
+        [(args.group, t, p, offset) for (t, p), offset in sorted(plan.items())],
+    )
+    return EXIT_OK
+
+
+def _check_inactive(client: httpx.Client, group_id: str) -> None:
+    """As Kafka's tool: offsets are reset (or planned) only for a group without members; an
+    unknown group is fine (the reset creates it)."""
+    response = _request(client, "GET", f"/groups/{group_id}")
+    if response.status_code == 404 and _error_code(response) == GROUP_NOT_FOUND:
+        return
+    if response.status_code >= 400:
+        raise CliError(_error_text(response))
+    group = response.json()
+    if group["state"] not in INACTIVE_STATES:
+        raise CliError(
+            f"Assignments can only be reset if the group '{group_id}' is inactive, but the "
+            f"current state is {group['state']} ({len(group['members'])} active member(s)): "
+            f"stop its consumers first."
+        )
+
+
+def _error_code(response: httpx.Response) -> int | None:
+    try:
+        return response.json().get("error_code")
+    except (ValueError, AttributeError):
+        return None
+
+
+def _committed(client: httpx.Client, group_id: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets (the next offset to read) by (topic, partition)."""
+    offsets = _call(client, "GET", f"/groups/{group_id}/offsets").json()["offsets"]
+    return {(o["topic"], o["partition"]): o["offset"] for o in offsets}
+
+
+def _reset_scope(
+    client: httpx.Client, args, committed: dict[tuple[str, int], int]
+) -> list[tuple[str, int]]:
+    if args.all_topics:
+        if not committed:
+            raise CliError(
+                f"group '{args.group}' has no committed offsets: name partitions with --topic"
+            )
+        return sorted(committed)
+    partitions: set[tuple[str, int]] = set()
+    for spec in args.topic:
+        topic, _, numbers = spec.partition(":")
+        topic_info = _call(client, "GET", f"/topics/{topic}").json()
+        existing = [p["partition"] for p in topic_info["partitions"]]
+        chosen = _partition_numbers(spec, numbers) if numbers else existing
+        for number in chosen:
+            if number not in existing:
+                raise CliError(f"topic {topic} has no partition {number} (--topic {spec})")
+            partitions.add((topic, number))
+    return sorted(partitions)
+
+
+def _partition_numbers(spec: str, numbers: str) -> list[int]:
+    try:
+        return [int(n) for n in numbers.split(",")]
+    except ValueError:
+        raise CliError(f"--topic '{spec}' must look like TOPIC or TOPIC:0,1,2") from None
+
+
+def _new_offset(
+    client: httpx.Client,
+    args,
+    tp: tuple[str, int],
+    *,
+    committed: dict[tuple[str, int], int],
+    timestamp_ms: int | None,
+) -> int:
+    """The reset target of one partition, clamped to [log_start_offset, high watermark]."""
+    start, end, at_time = _bounds(client, *tp, timestamp_ms=timestamp_ms)
+    if args.to_earliest:
+        target = start
+    elif args.to_latest:
+        target = end
+    elif args.to_offset is not None:
+        target = args.to_offset
+    elif args.shift_by is not None:
+        if tp not in committed:
+            raise CliError(
+                f"cannot shift the offset of {tp[0]}-{tp[1]}: group '{args.group}' has no "
+                f"committed offset for it"
+            )
+        target = committed[tp] + args.shift_by
+    else:
+        target = end if at_time is None else at_time  # no record that late: the end (Kafka)
+    return _clamp(target, start, end, tp)
+
+
+def _clamp(target: int, start: int, end: int, tp: tuple[str, int]) -> int:
+    if start <= target <= end:
+        return target
+    bound, side = (
+        (start, "lower than the earliest") if target < start else (end, "higher than the latest")
+    )
+    print(
+        f"WARN: New offset ({target}) is {side} offset for topic partition {tp[0]}-{tp[1]}. "
+        f"Value will be set to {bound}",
+        file=sys.stderr,
+    )
+    return bound
+
+
+def _bounds(
+    client: httpx.Client, topic: str, partition: int, *, timestamp_ms: int | None = None
+) -> tuple[int, int, int | None]:
+    """(log_start_offset, high watermark, first offset at or after `timestamp_ms` or None)."""
+    params = {} if timestamp_ms is None else {"timestamp": timestamp_ms}
+    path = f"/topics/{topic}/partitions/{partition}/offsets"
+    body = _call(client, "GET", path, params=params).json()
+    return body["beginning_offset"], body["end_offset"], body.get("timestamp_offset")
+
+
+def _timestamp_ms(text: str) -> int:
+    """Epoch milliseconds of an ISO-8601 time; without a zone it is local time, as in Kafka's
+    tool."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(
+            f"--to-datetime '{text}' is not an ISO-8601 time (e.g. 2024-05-01T12:00:00.000Z "
+            f"or 2024-05-01T14:00:00+02:00)"
+        ) from None
+    return round(moment.timestamp() * 1000)
+
+
+def _print_table(headers: tuple, rows: list[tuple]) -> None:
+    """Left-aligned columns, as Kafka's tools print them."""
+    cells = [[str(cell) for cell in row] for row in (headers, *rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
 
 
 if __name__ == "__main__":
