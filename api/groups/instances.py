@@ -172,7 +172,8 @@ class ConsumerInstances:
             )
         raise ConsumerInstanceNotFound(
             f"Consumer instance '{name}' not found in group '{group_id}' (never created, "
-            f"deleted, or lost when its group's coordinator node stopped)."
+            f"deleted, or lost when its group moved to another coordinator node, e.g. because "
+            f"that node stopped or a node joined)."
         )
 
     # ---- subscription and assignment -----------------------------------------------------------
