@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -396,27 +397,28 @@ class GroupCoordinator:
                     pending.future.set_result(None)
 
     async def _write(self, group_id: str, slot: _GroupSlot, batch: list[_PendingCommit]) -> None:
-        """One Delta commit per (member, generation) in the batch; usually one."""
-        by_writer: dict[tuple[str | None, int], dict[TopicPartition, OffsetCommit]] = {}
+        """One Delta commit for the whole batch, whoever committed: each row names its
+        member and generation; a partition committed twice keeps the later offset."""
+        merged: dict[TopicPartition, OffsetCommit] = {}
         for pending in batch:
-            merged = by_writer.setdefault((pending.member_id, pending.generation), {})
             for commit in pending.commits:
-                merged[TopicPartition(commit.topic, commit.partition)] = commit
-        for (member_id, generation), commits in by_writer.items():
-            now_ms = int(time.time() * 1000)
-            await self._blocking(
-                self._offsets.commit,
-                group_id,
-                slot.held,
-                list(commits.values()),
-                generation=generation,
-                member_id=member_id,
-                now_ms=now_ms,
-            )
-            for tp, commit in commits.items():
-                slot.offsets[tp] = CommittedOffset(
-                    commit.offset, commit.metadata, generation, member_id, now_ms
+                merged[TopicPartition(commit.topic, commit.partition)] = dataclasses.replace(
+                    commit, generation=pending.generation, member_id=pending.member_id
                 )
+        now_ms = int(time.time() * 1000)
+        await self._blocking(
+            self._offsets.commit,
+            group_id,
+            slot.held,
+            list(merged.values()),
+            generation=-1,
+            member_id=None,
+            now_ms=now_ms,
+        )
+        for tp, commit in merged.items():
+            slot.offsets[tp] = CommittedOffset(
+                commit.offset, commit.metadata, commit.generation, commit.member_id, now_ms
+            )
 
 
 def _relevant(group: Group, partitions: dict[str, int]) -> dict[str, int]:

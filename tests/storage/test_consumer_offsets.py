@@ -4,6 +4,7 @@ coordinator fence, commit sequences across coordinators, compaction racing commi
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from deltalake import DeltaTable
@@ -291,13 +292,18 @@ def test_second_compaction_of_one_snapshot_gives_up(tmp_path):
 
 
 def test_commits_keep_the_table_a_few_files(tmp_path):
-    """Commits compact the table once it has more than META_FILES_MAX files, losing nothing."""
+    """Commits compact the table (in the background) once it has more than META_FILES_MAX
+    files, losing nothing."""
     node = ConsumerOffsets(str(tmp_path))
     held = node.take_group("g", 1, expected=None)
-    for n in range(2 * META_FILES_MAX + 5):
+    for n in range(3 * META_FILES_MAX + 5):
         node.commit("g", held, [OffsetCommit("t", n % 4, n)], generation=1, member_id=None)
-        assert len(DeltaTable(table_uri(tmp_path)).file_uris()) <= META_FILES_MAX
-    last = 2 * META_FILES_MAX + 4
+        assert len(DeltaTable(table_uri(tmp_path)).file_uris()) <= 2 * META_FILES_MAX
+    deadline = time.monotonic() + 20
+    while len(DeltaTable(table_uri(tmp_path)).file_uris()) > META_FILES_MAX:
+        assert time.monotonic() < deadline, "the background compaction never ran"
+        time.sleep(0.1)
+    last = 3 * META_FILES_MAX + 4
     expected = {("t", p): max(n for n in range(last + 1) if n % 4 == p) for p in range(4)}
     assert offsets_of(ConsumerOffsets(str(tmp_path)).load("g")) == expected
 
@@ -364,3 +370,28 @@ def test_bad_commit_requests_are_refused_before_writing(tmp_path):
         with pytest.raises(ValueError):
             node.commit("g", held, commits, generation=1, member_id=None)
     assert stored_rows(tmp_path) == []
+
+
+def test_one_commit_can_carry_several_members_rows(tmp_path):
+    """The coordinator batches members' commits into one Delta commit; rows keep who
+    committed them."""
+    node = ConsumerOffsets(str(tmp_path))
+    held = node.take_group("g", 1, expected=None)
+    version = DeltaTable(table_uri(tmp_path)).version()
+    node.commit(
+        "g",
+        held,
+        [
+            OffsetCommit("t", 0, 5, generation=3, member_id="a"),
+            OffsetCommit("t", 1, 9, generation=3, member_id="b"),
+        ],
+        generation=GENERATION_NONE,
+        member_id=None,
+    )
+    assert DeltaTable(table_uri(tmp_path)).version() == version + 1
+    loaded = node.load("g")
+    assert (loaded[TopicPartition("t", 0)].member_id, loaded[TopicPartition("t", 1)].member_id) == (
+        "a",
+        "b",
+    )
+    assert {o.generation for o in loaded.values()} == {3}
