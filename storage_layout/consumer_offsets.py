@@ -91,6 +91,17 @@ class OffsetCommit:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupCommit:
+    """One group's part of a batched Delta commit, asserting the group's coordinator."""
+
+    group_id: str
+    held: Leadership
+    commits: Sequence[OffsetCommit]
+    generation: int = -1
+    member_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CommittedOffset:
     """A group's stored offset for one partition, from its latest commit."""
 
@@ -229,25 +240,94 @@ class ConsumerOffsets:
                 not have landed; the sequence is read again on the next commit).
             ValueError: no commits, a negative offset or partition, or a partition twice.
         """
-        _check_commits(commits)
+        entry = GroupCommit(group_id, held, commits, generation, member_id)
+        result = self.commit_many([entry], now_ms=now_ms)
+        if isinstance(result[group_id], Exception):
+            raise result[group_id]
+        return result[group_id]
+
+    def commit_many(
+        self, entries: Sequence[GroupCommit], *, now_ms: int | None = None
+    ) -> dict[str, int | LeadershipConflict]:
+        """Store several groups' commits in ONE Delta commit carrying each group's txn.
+
+        A group whose coordinator changed is left out with its LeadershipConflict (the
+        others are still committed): after a txn conflict the table is re-read, which shows
+        the taken group, and the rest is tried again.
+
+        Returns:
+            Per group id: the commit_sequence of its rows, or its LeadershipConflict.
+
+        Raises:
+            StorageUnavailable: the table could not be read or written, or kept conflicting.
+            ValueError: a group twice, no commits, a negative offset or partition, or a
+                partition twice within a group.
+        """
+        if len({e.group_id for e in entries}) != len(entries):
+            raise ValueError("each group may appear once in a batched commit")
+        for entry in entries:
+            _check_commits(entry.commits)
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         with self._lock:
-            for _ in range(COMMIT_ATTEMPTS_MAX):
-                self._refresh()
-                self._check_held(group_id, held)
-                sequence = self._next_sequence(group_id, held)
-                rows = _rows(group_id, commits, generation, member_id, now_ms, sequence)
-                if self._try_append(group_id, held, rows):
-                    self._sequences[group_id] = _SequenceCursor(held.version, sequence)
-                    break
-            else:
-                raise StorageUnavailable(f"Cannot commit to {self._uri}: repeated conflicts.")
+            results = self._commit_locked(entries, now_ms)
             files_count = len(self._dt.file_uris())
         if files_count > META_FILES_MAX:
             # In the background: a compaction took 50-160 ms, the p99 of the commits that ran
             # it inline. It is safe next to commits (see `compact`).
             threading.Thread(target=self._maybe_compact, daemon=True).start()
-        return sequence
+        return results
+
+    def _commit_locked(self, entries, now_ms: int) -> dict[str, int | LeadershipConflict]:
+        results: dict[str, int | LeadershipConflict] = {}
+        pending = list(entries)
+        for _ in range(COMMIT_ATTEMPTS_MAX):
+            self._refresh()
+            pending = [e for e in pending if not self._taken(e, results)]
+            if not pending:
+                return results
+            outcome = self._append_entries(pending, now_ms, results)
+            if outcome == _TXN_CONFLICT and len(pending) > 1:
+                # One of the groups was taken, but which one? This node's view may be too
+                # stale to show it: commit them one by one, where a conflict names its group.
+                for entry in pending:
+                    if self._append_entries([entry], now_ms, results) == _TXN_CONFLICT:
+                        results[entry.group_id] = self._lost(entry)
+                return results
+            if outcome == _TXN_CONFLICT:
+                results[pending[0].group_id] = self._lost(pending[0])
+                return results
+            if outcome == _COMMITTED:
+                return results
+        raise StorageUnavailable(f"Cannot commit to {self._uri}: repeated conflicts.")
+
+    def _lost(self, entry: GroupCommit) -> LeadershipConflict:
+        self._sequences.pop(entry.group_id, None)  # read again if the group comes back
+        return LeadershipConflict(
+            f"Group '{entry.group_id}': another node took it after {entry.held}; nothing written."
+        )
+
+    def _taken(self, entry: GroupCommit, results: dict) -> bool:
+        try:
+            self._check_held(entry.group_id, entry.held)
+        except LeadershipConflict as error:
+            results[entry.group_id] = error
+            return True
+        return False
+
+    def _append_entries(self, entries, now_ms: int, results: dict) -> str:
+        sequences = {e.group_id: self._next_sequence(e.group_id, e.held) for e in entries}
+        rows = pa.concat_tables(
+            _rows(e.group_id, e.commits, e.generation, e.member_id, now_ms, sequences[e.group_id])
+            for e in entries
+        )
+        transactions = [Transaction(_app_id(e.group_id), e.held.version) for e in entries]
+        outcome = self._try_append(rows, transactions)
+        if outcome == _COMMITTED:
+            for entry in entries:
+                sequence = sequences[entry.group_id]
+                self._sequences[entry.group_id] = _SequenceCursor(entry.held.version, sequence)
+                results[entry.group_id] = sequence
+        return outcome
 
     def _check_held(self, group_id: str, held: Leadership) -> None:
         current = self._coordinator(group_id)
@@ -267,35 +347,26 @@ class ConsumerOffsets:
         last = pc.max(stored.column("commit_sequence")).as_py()
         return 0 if last is None else last + 1
 
-    def _try_append(self, group_id: str, held: Leadership, rows: pa.Table) -> bool:
-        """Append `rows` with the group's txn; False when a commit that did not touch the
-        group won the race (nothing written: the caller refreshes and tries again).
-
-        Raises:
-            LeadershipConflict: a commit carrying the group's txn (a takeover) won.
-        """
-        transaction = Transaction(_app_id(group_id), held.version)
+    def _try_append(self, rows: pa.Table, transactions: list[Transaction]) -> str:
+        """Append `rows` with the groups' txns: _COMMITTED; _RACE when a commit that carries
+        none of them won (nothing written: re-read and try again); _TXN_CONFLICT when a
+        commit carrying one of the groups' app ids landed after our snapshot (a takeover,
+        decided here and not by a re-read, so a node paused across it fails whatever its
+        view of the table)."""
         try:
             write_deltalake(
                 self._dt,
                 rows,
                 mode="append",
-                commit_properties=CommitProperties(app_transactions=[transaction]),
+                commit_properties=CommitProperties(app_transactions=transactions),
             )
         except CommitFailedError as error:
-            if not _is_txn_conflict(error):
-                return False
-            # A commit carrying the group's app id landed after our snapshot: a takeover (or a
-            # twin holding the same leadership). Decided here, not by a re-read, so a node
-            # that was paused across the takeover fails whatever its view of the table.
-            self._sequences.pop(group_id, None)
-            raise LeadershipConflict(
-                f"Group '{group_id}': another node took it after {held}; nothing written."
-            ) from error
+            return _TXN_CONFLICT if _is_txn_conflict(error) else _RACE
         except (OSError, DeltaError) as error:
-            self._sequences.pop(group_id, None)
+            for transaction in transactions:
+                self._sequences.pop(transaction.app_id.removeprefix("group:"), None)
             raise StorageUnavailable(f"Cannot write {self._uri}: {error}") from error
-        return True
+        return _COMMITTED
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -471,6 +542,9 @@ class ConsumerOffsets:
 
 
 # ---- helpers (pure) --------------------------------------------------------------------------
+
+
+_COMMITTED, _RACE, _TXN_CONFLICT = "committed", "race", "txn-conflict"
 
 
 def _app_id(group_id: str) -> str:

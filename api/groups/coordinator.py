@@ -11,7 +11,8 @@ get UNKNOWN_MEMBER_ID and join again, and the offsets are reloaded from the tabl
 
 Concurrency contract: everything runs on the broker's event loop; blocking storage calls go to
 the broker's executor. Offset commits of one group are batched: one Delta commit takes every
-commit queued while the previous one was being written (group commit, as for produce).
+commit queued on this node while the previous one was being written, of every group this
+node coordinates (group commit, as for produce).
 """
 
 from __future__ import annotations
@@ -35,7 +36,12 @@ from api.groups.errors import (
     UnknownMemberId,
 )
 from api.groups.group import Group, GroupState, JoinRequest, MemberView
-from storage_layout.consumer_offsets import CommittedOffset, ConsumerOffsets, OffsetCommit
+from storage_layout.consumer_offsets import (
+    CommittedOffset,
+    ConsumerOffsets,
+    GroupCommit,
+    OffsetCommit,
+)
 from storage_layout.delta_log import Leadership
 from storage_layout.errors import LeadershipConflict
 from storage_layout.records import TopicPartition
@@ -90,8 +96,6 @@ class _GroupSlot:
     held: Leadership
     offsets: dict[TopicPartition, CommittedOffset]
     changed: asyncio.Event = field(default_factory=asyncio.Event)
-    queue: list[_PendingCommit] = field(default_factory=list)
-    committer: asyncio.Task | None = None
     topics_seen: dict[str, int] = field(default_factory=dict)  # partitions at last rebalance
 
 
@@ -119,6 +123,8 @@ class GroupCoordinator:
         self._slots: dict[str, _GroupSlot] = {}
         self._taking: dict[str, asyncio.Lock] = {}
         self._ticker: asyncio.Task | None = None
+        self._queue: list[tuple[str, _PendingCommit]] = []  # offset commits of every group
+        self._committer: asyncio.Task | None = None
         self._last_metadata_check_s = 0.0
         self.before_rebalance: Callable[[str], asyncio.Future] | None = None  # REST instances
 
@@ -132,9 +138,8 @@ class GroupCoordinator:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
-        for slot in self._slots.values():
-            if slot.committer is not None:
-                await asyncio.gather(slot.committer, return_exceptions=True)
+        if self._committer is not None:
+            await asyncio.gather(self._committer, return_exceptions=True)
 
     # ---- routing ---------------------------------------------------------------------------
 
@@ -234,9 +239,9 @@ class GroupCoordinator:
         slot = await self._slot(group_id)
         self._check_committer(slot.group, member_id, generation)
         future = asyncio.get_running_loop().create_future()
-        slot.queue.append(_PendingCommit(commits, member_id, generation, future))
-        if slot.committer is None or slot.committer.done():
-            slot.committer = asyncio.get_running_loop().create_task(self._commit_loop(group_id))
+        self._queue.append((group_id, _PendingCommit(commits, member_id, generation, future)))
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
         await future
 
     async def committed(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
@@ -378,47 +383,60 @@ class GroupCoordinator:
                 f"Group '{group.group_id}' is completing a rebalance: sync, then commit."
             )
 
-    async def _commit_loop(self, group_id: str) -> None:
-        slot = self._slots.get(group_id)
-        while slot is not None and slot.queue:
-            batch, slot.queue = slot.queue, []
+    async def _commit_loop(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            by_group: dict[str, list[_PendingCommit]] = {}
+            for group_id, pending in batch:
+                by_group.setdefault(group_id, []).append(pending)
             try:
-                await self._write(group_id, slot, batch)
-            except Exception as error:
+                results = await self._write(by_group)
+            except Exception as error:  # the whole Delta commit failed: nobody is committed
+                results = dict.fromkeys(by_group, error)
+            for group_id, pendings in by_group.items():
+                error = results.get(group_id)
                 if isinstance(error, LeadershipConflict):
                     self._drop(group_id)
                     error = NotCoordinator(f"Group '{group_id}' moved to another node; retry.")
-                for pending in batch:
-                    if not pending.future.done():
+                for pending in pendings:
+                    if pending.future.done():
+                        continue
+                    if isinstance(error, Exception):
                         pending.future.set_exception(error)
-                continue
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_result(None)
+                    else:
+                        pending.future.set_result(None)
 
-    async def _write(self, group_id: str, slot: _GroupSlot, batch: list[_PendingCommit]) -> None:
-        """One Delta commit for the whole batch, whoever committed: each row names its
+    async def _write(self, by_group: dict[str, list[_PendingCommit]]) -> dict[str, object]:
+        """One Delta commit for every queued commit of every group: each row names its
         member and generation; a partition committed twice keeps the later offset."""
-        merged: dict[TopicPartition, OffsetCommit] = {}
-        for pending in batch:
-            for commit in pending.commits:
-                merged[TopicPartition(commit.topic, commit.partition)] = dataclasses.replace(
-                    commit, generation=pending.generation, member_id=pending.member_id
-                )
+        entries, merged_by_group, results = [], {}, {}
+        for group_id, pendings in by_group.items():
+            slot = self._slots.get(group_id)
+            if slot is None:
+                results[group_id] = NotCoordinator(f"Group '{group_id}' moved; retry.")
+                continue
+            merged: dict[TopicPartition, OffsetCommit] = {}
+            for pending in pendings:
+                for commit in pending.commits:
+                    merged[TopicPartition(commit.topic, commit.partition)] = dataclasses.replace(
+                        commit, generation=pending.generation, member_id=pending.member_id
+                    )
+            merged_by_group[group_id] = merged
+            entries.append(GroupCommit(group_id, slot.held, list(merged.values())))
+        if not entries:
+            return results
         now_ms = int(time.time() * 1000)
-        await self._blocking(
-            self._offsets.commit,
-            group_id,
-            slot.held,
-            list(merged.values()),
-            generation=-1,
-            member_id=None,
-            now_ms=now_ms,
-        )
-        for tp, commit in merged.items():
-            slot.offsets[tp] = CommittedOffset(
-                commit.offset, commit.metadata, commit.generation, commit.member_id, now_ms
-            )
+        stored = await self._blocking(self._offsets.commit_many, entries, now_ms=now_ms)
+        for group_id, outcome in stored.items():
+            results[group_id] = outcome
+            slot = self._slots.get(group_id)
+            if isinstance(outcome, Exception) or slot is None:
+                continue
+            for tp, commit in merged_by_group[group_id].items():
+                slot.offsets[tp] = CommittedOffset(
+                    commit.offset, commit.metadata, commit.generation, commit.member_id, now_ms
+                )
+        return results
 
 
 def _relevant(group: Group, partitions: dict[str, int]) -> dict[str, int]:

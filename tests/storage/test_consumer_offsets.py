@@ -15,6 +15,7 @@ from storage_layout.consumer_offsets import (
     GENERATION_NONE,
     CommittedOffset,
     ConsumerOffsets,
+    GroupCommit,
     OffsetCommit,
 )
 from storage_layout.delta_log import Leadership
@@ -395,3 +396,24 @@ def test_one_commit_can_carry_several_members_rows(tmp_path):
         "b",
     )
     assert {o.generation for o in loaded.values()} == {3}
+
+
+def test_batched_commit_of_several_groups_leaves_out_a_taken_one(tmp_path):
+    """One Delta commit for several groups; a group another node took meanwhile gets its
+    LeadershipConflict and writes nothing, the others are committed."""
+    node, other = ConsumerOffsets(str(tmp_path)), ConsumerOffsets(str(tmp_path))
+    kept = node.take_group("kept", 1, expected=None)
+    lost = node.take_group("lost", 1, expected=None)
+    other.take_group("lost", 2, expected=lost)
+    version = DeltaTable(table_uri(tmp_path)).version()
+    results = node.commit_many(
+        [
+            GroupCommit("kept", kept, [OffsetCommit("t", 0, 4)], generation=1, member_id="a"),
+            GroupCommit("lost", lost, [OffsetCommit("t", 0, 9)], generation=1, member_id="a"),
+        ]
+    )
+    assert isinstance(results["lost"], LeadershipConflict)
+    assert isinstance(results["kept"], int)
+    assert DeltaTable(table_uri(tmp_path)).version() == version + 1
+    assert offsets_of(other.load("kept")) == {("t", 0): 4}
+    assert other.load("lost") == {}
