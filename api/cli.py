@@ -213,11 +213,18 @@ def _serve(args) -> int:
         port=settings.port,
         log_level=args.log_level,
         access_log=args.access_log,
+        # Longer than clients' idle-connection expiry (httpx: 5 s, as uvicorn's default): with
+        # equal timeouts a client could reuse a connection the server was just closing, and a
+        # request would fail with "server disconnected".
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
     return EXIT_OK
 
 
 # ---- HTTP helpers --------------------------------------------------------------------------
+
+
+KEEP_ALIVE_S = 75
 
 
 def _client(args) -> httpx.Client:
