@@ -94,7 +94,16 @@ class Member:
 
     def _run(self) -> None:
         started = time.monotonic()
-        self._join()
+        while not self.stop.is_set():
+            try:
+                self._loop(started)
+                return
+            except httpx.TransportError:
+                time.sleep(0.1)  # a dropped connection: retry, as a consumer client does
+
+    def _loop(self, started: float) -> None:
+        if self.member_id is None:
+            self._join()
         while not self.stop.is_set():
             if not self._heartbeat():
                 self._join()
@@ -150,8 +159,12 @@ class Member:
 
 def wait_until_caught_up(client, group, topic, end_offsets, timeout_s=20) -> None:
     deadline = time.monotonic() + timeout_s
+    committed: dict[int, int] = {}
     while time.monotonic() < deadline:
-        stored = client.get(f"/groups/{group}/offsets").json()["offsets"]
+        try:
+            stored = client.get(f"/groups/{group}/offsets").json()["offsets"]
+        except httpx.TransportError:
+            continue
         committed = {o["partition"]: o["offset"] for o in stored if o["topic"] == topic}
         if all(committed.get(p) == end for p, end in end_offsets.items()):
             return
