@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         KAFKA_SCHEMA_WITH_HEADERS,
         read_topic,
     )
+    from pipeline.source import register_data_source
     from pipeline.spark import build_spark_session
 
 _EXPORTS = {
@@ -25,6 +26,7 @@ _EXPORTS = {
     "KAFKA_SCHEMA": "pipeline.read",
     "KAFKA_SCHEMA_WITH_HEADERS": "pipeline.read",
     "read_topic": "pipeline.read",
+    "register_data_source": "pipeline.source",
     "build_spark_session": "pipeline.spark",
     "committed_offsets": "pipeline.lag",
     "group_lag": "pipeline.lag",
@@ -38,6 +40,7 @@ __all__ = [
     "committed_offsets",
     "group_lag",
     "read_topic",
+    "register_data_source",
 ]
 
 

@@ -1,0 +1,258 @@
+"""`spark.read.format("lakelog")`: a Python Data Source with the options of Spark's Kafka source.
+
+    register_data_source(spark)
+    spark.read.format("lakelog").option("subscribe", "orders").load("/data/lakelog")
+
+Options (Spark's Kafka source names): exactly one of `subscribe` (comma-separated topics),
+`subscribePattern` (a Java-style regex over topic names) and `assign` (JSON
+`{"orders": [0, 1]}`); `startingOffsets` and `endingOffsets` ("earliest", "latest", or JSON
+`{"orders": {"0": 23, "1": -2}}`, -2 earliest, -1 latest, ending exclusive); `includeHeaders`;
+`failOnDataLoss` (default true: a starting offset below a partition's log_start_offset is an
+error; false: read from log_start_offset); the storage root as `path` (or `.load(root)`).
+The schema is exactly Spark's Kafka source schema.
+
+How it reads: the driver resolves each topic partition's offset range and the Parquet files that
+hold it from the partition's Delta log (one snapshot each, so the read is repeatable), and cuts
+the files into input partitions of about RECORDS_PER_SPLIT records; executors read just those
+files with pyarrow (no Delta log replay, no copy) and keep the offsets in range. Executors need
+the `lakelog` wheel and `deltalake`/`pyarrow` installed (on Databricks: the bundle's libraries).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from pipeline.read import EARLIEST, LATEST, kafka_schema, parse_offsets
+from storage_layout import paths
+from storage_layout.catalog import TopicCatalog
+from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.fs import filesystem
+
+SOURCE_NAME = "lakelog"
+RECORDS_PER_SPLIT = 1_000_000
+_TOPIC_OPTIONS = ("subscribe", "subscribePattern", "assign")
+
+
+def register_data_source(spark: SparkSession) -> None:
+    """Make `format("lakelog")` available in this Spark session."""
+    spark.dataSource.register(LakelogDataSource)
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """One Parquet file of a partition table (relative path) and the offsets wanted from it."""
+
+    path: str
+    start: int  # inclusive
+    end: int  # exclusive
+
+
+@dataclass(frozen=True)
+class OffsetSplit(InputPartition):
+    """Records [start, end) of one topic partition, in `files` of the table at `table_uri`."""
+
+    topic: str
+    partition: int
+    table_uri: str
+    files: tuple[FileSlice, ...]
+
+
+class LakelogDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return kafka_schema(include_headers=_flag(self.options, "includeHeaders", False))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return LakelogBatchReader(_lowercase(self.options))
+
+
+class LakelogBatchReader(DataSourceReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._options = _lowercase(options)
+        self._include_headers = _flag(options, "includeHeaders", False)
+
+    def partitions(self) -> list[OffsetSplit]:
+        root = _root(self._options)
+        catalog = TopicCatalog(root)
+        splits: list[OffsetSplit] = []
+        for topic, partitions in _topic_partitions(self._options, catalog).items():
+            starts = _offsets(self._options, "startingOffsets", topic, partitions, ending=False)
+            ends = _offsets(self._options, "endingOffsets", topic, partitions, ending=True)
+            for partition in sorted(partitions):
+                uri = paths.partition_table_uri(root, topic, partition)
+                splits += _partition_splits(
+                    DeltaPartitionLog.open(uri),
+                    topic=topic,
+                    partition=partition,
+                    table_uri=uri,
+                    start=starts.get(partition, EARLIEST),
+                    end=ends.get(partition, LATEST),
+                    fail_on_data_loss=_flag(self._options, "failOnDataLoss", True),
+                )
+        return splits
+
+    def read(self, partition: OffsetSplit) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, OffsetSplit):
+            return  # no split at all (nothing in range): Spark still runs one empty task
+        fs, base = filesystem(partition.table_uri)
+        for piece in partition.files:
+            location = paths.join(base, piece.path) if base else piece.path
+            table = pq.read_table(
+                location,
+                filesystem=fs,
+                columns=["offset", "timestamp", "timestamp_type", "key", "value", "headers"],
+                filters=[("offset", ">=", piece.start), ("offset", "<", piece.end)],
+            )
+            if table.num_rows:
+                yield from _kafka_rows(table, partition, self._include_headers).to_batches()
+
+
+# ---- planning (driver) ---------------------------------------------------------------------------
+
+
+def _root(options: Mapping[str, str]) -> str:
+    root = _opt(options, "path") or _opt(options, "root")
+    if not root:
+        raise ValueError("Give the lakelog storage root: .load(root) or .option('path', root).")
+    return paths.normalize_root(root)
+
+
+def _topic_partitions(options: Mapping[str, str], catalog: TopicCatalog) -> dict[str, set[int]]:
+    given = [name for name in _TOPIC_OPTIONS if _opt(options, name)]
+    if len(given) != 1:
+        raise ValueError(
+            "Exactly one of 'subscribe', 'subscribePattern' and 'assign' must be given, as for "
+            f"Spark's Kafka source (got {given or 'none'})."
+        )
+    if "assign" in given:
+        return _assigned(_opt(options, "assign"), catalog)
+    topics = catalog.topics()
+    if "subscribe" in given:
+        names = [t.strip() for t in _opt(options, "subscribe").split(",") if t.strip()]
+        for name in names:
+            catalog.topic(name)  # TopicNotFound names it
+    else:
+        pattern = re.compile(_opt(options, "subscribePattern"))
+        names = sorted(t for t in topics if pattern.fullmatch(t))
+    return {name: set(range(topics[name].partitions)) for name in names}
+
+
+def _assigned(spec: str, catalog: TopicCatalog) -> dict[str, set[int]]:
+    try:
+        assigned = json.loads(spec)
+    except json.JSONDecodeError as error:
+        raise ValueError(f'assign must be JSON like {{"orders": [0, 1]}}: {error}') from None
+    if not isinstance(assigned, dict):
+        raise ValueError('assign must be JSON like {"orders": [0, 1]}.')
+    result = {}
+    for topic, partitions in assigned.items():
+        info = catalog.topic(topic)
+        for partition in partitions:
+            info.check_partition(partition)
+        result[topic] = set(partitions)
+    return result
+
+
+def _offsets(options, name: str, topic: str, partitions: set[int], *, ending: bool):
+    spec = _opt(options, name) or ("latest" if ending else "earliest")
+    if spec.strip() not in ("earliest", "latest"):
+        by_topic = json.loads(spec)
+        spec = {topic: by_topic[topic]} if topic in by_topic else "latest" if ending else "earliest"
+    offsets = parse_offsets(spec, topic=topic, partitions=max(partitions) + 1, ending=ending)
+    return {p: o for p, o in offsets.items() if p in partitions}
+
+
+def _partition_splits(
+    log: DeltaPartitionLog,
+    *,
+    topic: str,
+    partition: int,
+    table_uri: str,
+    start: int,
+    end: int,
+    fail_on_data_loss: bool,
+) -> list[OffsetSplit]:
+    snapshot = log.snapshot
+    low, high = snapshot.log_start_offset, snapshot.high_watermark
+    first = {EARLIEST: low, LATEST: high}.get(start, start)
+    last = {EARLIEST: low, LATEST: high}.get(end, end)
+    where = f"{topic}-{partition}"
+    if first < low:
+        if fail_on_data_loss:
+            raise ValueError(
+                f"startingOffsets for {where} is {first}, below log_start_offset {low}: those "
+                f"records were deleted by retention. Set failOnDataLoss=false to start at {low}."
+            )
+        first = low
+    if first > high or last > high or first > last:
+        raise ValueError(
+            f"Offsets [{first}, {last}) for {where} are outside the partition's offsets "
+            f"[{low}, {high}] or reversed."
+        )
+    splits, files, records = [], [], 0
+    for data_file in snapshot.files:
+        if data_file.max_offset < first or data_file.min_offset >= last:
+            continue
+        piece = FileSlice(data_file.path, max(first, data_file.min_offset), last)
+        files.append(piece)
+        records += min(last, data_file.max_offset + 1) - piece.start
+        if records >= RECORDS_PER_SPLIT:
+            splits.append(OffsetSplit(topic, partition, table_uri, tuple(files)))
+            files, records = [], 0
+    if files:
+        splits.append(OffsetSplit(topic, partition, table_uri, tuple(files)))
+    return splits
+
+
+# ---- reading (executors) ---------------------------------------------------------------------
+
+
+def _kafka_rows(table: pa.Table, split: OffsetSplit, include_headers: bool) -> pa.Table:
+    count = table.num_rows
+    columns = {
+        "key": table.column("key"),
+        "value": table.column("value"),
+        "topic": pa.array([split.topic] * count, pa.string()),
+        "partition": pa.array([split.partition] * count, pa.int32()),
+        "offset": table.column("offset"),
+        "timestamp": table.column("timestamp"),
+        "timestampType": table.column("timestamp_type").cast(pa.int32()),
+    }
+    if include_headers:
+        headers = table.column("headers")
+        empty = pc.equal(pc.list_value_length(headers), 0)
+        columns["headers"] = pc.if_else(
+            pc.fill_null(empty, False), pa.nulls(count, headers.type), headers
+        )
+    return pa.table(columns).sort_by("offset")
+
+
+def _lowercase(options: Mapping[str, str]) -> dict[str, str]:
+    """Spark's option names are case-insensitive: keep them lower-cased, look them up so."""
+    return {str(key).lower(): value for key, value in options.items()}
+
+
+def _opt(options: Mapping[str, str], name: str) -> str | None:
+    return _lowercase(options).get(name.lower())
+
+
+def _flag(options: Mapping[str, str], name: str, default: bool) -> bool:
+    value = _opt(options, name)
+    if value is None:
+        return default
+    if str(value).lower() not in ("true", "false"):
+        raise ValueError(f"Option {name} must be true or false, not {value!r}.")
+    return str(value).lower() == "true"
