@@ -7,6 +7,8 @@ Options (Spark's Kafka source names): exactly one of `subscribe` (comma-separate
 `subscribePattern` (a Java-style regex over topic names) and `assign` (JSON
 `{"orders": [0, 1]}`); `startingOffsets` and `endingOffsets` ("earliest", "latest", or JSON
 `{"orders": {"0": 23, "1": -2}}`, -2 earliest, -1 latest, ending exclusive); `includeHeaders`;
+`startingTimestamp` / `startingOffsetsByTimestamp` and `endingTimestamp` /
+`endingOffsetsByTimestamp` (epoch ms, taking precedence over the offsets options);
 `failOnDataLoss` (default true: a starting offset below a partition's log_start_offset is an
 error; false: read from log_start_offset); the storage root as `path` (or `.load(root)`).
 The schema is exactly Spark's Kafka source schema.
@@ -93,13 +95,22 @@ class LakelogBatchReader(DataSourceReader):
             ends = _offsets(self._options, "endingOffsets", topic, partitions, ending=True)
             for partition in sorted(partitions):
                 uri = paths.partition_table_uri(root, topic, partition)
+                log = DeltaPartitionLog.open(uri)
+                start, end = _by_timestamp(
+                    self._options,
+                    log,
+                    topic,
+                    partition,
+                    start=starts.get(partition, EARLIEST),
+                    end=ends.get(partition, LATEST),
+                )
                 splits += _partition_splits(
-                    DeltaPartitionLog.open(uri),
+                    log,
                     topic=topic,
                     partition=partition,
                     table_uri=uri,
-                    start=starts.get(partition, EARLIEST),
-                    end=ends.get(partition, LATEST),
+                    start=start,
+                    end=end,
                     fail_on_data_loss=_flag(self._options, "failOnDataLoss", True),
                 )
         return splits
@@ -173,6 +184,40 @@ def _offsets(options, name: str, topic: str, partitions: set[int], *, ending: bo
         spec = {topic: by_topic[topic]} if topic in by_topic else "latest" if ending else "earliest"
     offsets = parse_offsets(spec, topic=topic, partitions=max(partitions) + 1, ending=ending)
     return {p: o for p, o in offsets.items() if p in partitions}
+
+
+def _by_timestamp(options, log: DeltaPartitionLog, topic: str, partition: int, *, start, end):
+    """Spark's timestamp options, which take precedence over the offsets options:
+    `startingTimestamp` (all partitions), else `startingOffsetsByTimestamp` (JSON, per
+    partition); `endingTimestamp`, else `endingOffsetsByTimestamp`. A start with no record at or
+    after its timestamp is an error (Spark's default strategy); such an end is the latest."""
+    start_ms = _timestamp_option(
+        options, "startingTimestamp", "startingOffsetsByTimestamp", topic, partition
+    )
+    if start_ms is not None:
+        start = log.offset_for_timestamp(start_ms)
+        if start is None:
+            raise ValueError(
+                f"No record of {topic}-{partition} has a timestamp at or after {start_ms} "
+                f"(startingTimestamp / startingOffsetsByTimestamp)."
+            )
+    end_ms = _timestamp_option(
+        options, "endingTimestamp", "endingOffsetsByTimestamp", topic, partition
+    )
+    if end_ms is not None:
+        found = log.offset_for_timestamp(end_ms)
+        end = LATEST if found is None else found
+    return start, end
+
+
+def _timestamp_option(options, global_name: str, json_name: str, topic: str, partition: int):
+    if _opt(options, global_name):
+        return int(_opt(options, global_name))
+    spec = _opt(options, json_name)
+    if not spec:
+        return None
+    value = json.loads(spec).get(topic, {}).get(str(partition))
+    return None if value is None else int(value)
 
 
 def _partition_splits(

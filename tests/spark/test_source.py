@@ -95,3 +95,24 @@ def test_large_ranges_are_split_for_parallel_reads(root, monkeypatch):
     splits = LakelogBatchReader({"path": root, "subscribe": "orders"}).partitions()
     assert len(splits) == 6  # 3 files of 2 records per partition, 2 partitions
     assert {(s.partition, len(s.files)) for s in splits} == {(0, 1), (1, 1)}
+
+
+def test_timestamp_options(lakelog, tmp_path):
+    """startingTimestamp / endingOffsetsByTimestamp pick the first offset at or after the time
+    (CreateTime records out of order included)."""
+    root = str(tmp_path)
+    TopicCatalog(root).create_topic("clicks", 1, TopicConfig())
+    log = DeltaPartitionLog.open(partition_table_uri(root, "clicks", 0))
+    for stamp in (1_000, 5_000, 3_000, 7_000, 9_000):
+        log.append([NewRecord(None, str(stamp).encode(), stamp)], config=TopicConfig())
+    frame = (
+        lakelog.read.format("lakelog")
+        .option("subscribe", "clicks")
+        .option("startingTimestamp", "4000")
+        .option("endingOffsetsByTimestamp", json.dumps({"clicks": {"0": 8000}}))
+        .load(root)
+    )
+    assert sorted(r.offset for r in frame.collect()) == [1, 2, 3]
+    late = lakelog.read.format("lakelog").option("subscribe", "clicks")
+    with pytest.raises(Exception, match="No record"):
+        late.option("startingTimestamp", "99999").load(root).collect()
