@@ -291,6 +291,17 @@ def _v2_headers(headers: object, index: int, limits: RecordLimits) -> tuple:
     return tuple(parsed)
 
 
+def iso_to_ms(text: str) -> int | None:
+    """Epoch ms of an ISO-8601 time (`Z` or an offset; none means UTC), None if malformed."""
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
+
+
 def _timestamp_ms(value: object, index: int) -> int | None:
     if value is None:
         return None
@@ -298,15 +309,8 @@ def _timestamp_ms(value: object, index: int) -> int | None:
         if value < 0:
             raise ApiError(422, 422, f"Record {index}: 'timestamp' must not be negative.")
         return value
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            pass
-        else:
-            if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=UTC)
-            return int(parsed.timestamp() * 1000)
+    if isinstance(value, str) and (parsed_ms := iso_to_ms(value)) is not None:
+        return parsed_ms
     raise ApiError(
         422, 422, f"Record {index}: 'timestamp' must be epoch milliseconds or ISO-8601 text."
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import datetime
 from typing import Annotated
 
 import orjson
@@ -22,7 +21,7 @@ from api.errors import ApiError
 from api.forwarding import forward_request
 from api.groups.group import Subscription
 from api.groups.instances import InstanceConfig
-from api.wire import fetch_format, parse_json
+from api.wire import fetch_format, iso_to_ms, parse_json
 from storage_layout.records import TopicPartition
 
 router = APIRouter(tags=["consumers (v2)"])
@@ -288,18 +287,11 @@ def _int(item: dict, name: str) -> int:
 
 
 def _timestamp_ms(value: object) -> int:
-    """ISO-8601 (Confluent) or epoch milliseconds."""
+    """ISO-8601 (Confluent; without a zone: UTC) or epoch milliseconds."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            pass
-        else:
-            if parsed.tzinfo is None:
-                raise ApiError(422, 422, f"Timestamp '{value}' needs a time zone (e.g. Z).")
-            return int(parsed.timestamp() * 1000)
+    if isinstance(value, str) and (parsed_ms := iso_to_ms(value)) is not None:
+        return parsed_ms
     raise ApiError(422, 422, f"'timestamp' must be ISO-8601 or epoch ms, not {value!r}.")
 
 

@@ -267,3 +267,19 @@ def test_an_idle_instance_expires_with_a_message_naming_the_expiry(short_lived):
         body = assert_error(client.get(f"{consumer}/subscription"), 404, 40403)
         assert "expired" in body["message"]
         assert "consumer.instance.timeout.ms" in body["message"]
+
+
+def test_seek_to_timestamps(client, topic_name):
+    """positions with ISO-8601 timestamps: the first offset at or after each time."""
+    create_topic(client, topic_name)
+    stamps = ["2026-01-01T00:00:00Z", "2026-01-01T00:00:10Z", "2026-01-01T00:00:20Z"]
+    body = [{"value": b64(f"v{i}"), "timestamp": t} for i, t in enumerate(stamps)]
+    assert produce(client, topic_name, body).status_code == 200
+    consumer = new_consumer(client, f"g-{topic_name}")
+    tp = {"topic": topic_name, "partition": 0}
+    client.post(f"{consumer}/assignments", json={"partitions": [tp]})
+    seek = {"timestamps": [{**tp, "timestamp": "2026-01-01T00:00:05Z"}]}
+    assert client.post(f"{consumer}/positions", json=seek).status_code == 204
+    assert values(records(client, consumer, timeout=2000)) == [b"v1", b"v2"]
+    bad = {"timestamps": [{**tp, "timestamp": "yesterday"}]}
+    assert_error(client.post(f"{consumer}/positions", json=bad), 422, 422)
