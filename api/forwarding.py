@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
+
 import httpx
 from fastapi import Request
 from starlette.responses import Response
@@ -48,3 +51,18 @@ async def forward_request(request: Request, broker: Broker, node_url: str) -> Re
         ) from None
     media_type = answer.headers.get("content-type")
     return Response(answer.content, answer.status_code, media_type=media_type)
+
+
+def served_by_coordinator(endpoint: Callable[..., Awaitable]) -> Callable[..., Awaitable]:
+    """Run a group route on the group's coordinator node: on any other node the request is
+    forwarded there unchanged. The endpoint takes `group`, `request` and `broker` arguments."""
+
+    @functools.wraps(endpoint)
+    async def serve(**kwargs):
+        broker, request = kwargs["broker"], kwargs["request"]
+        url = broker.groups.remote_url(kwargs["group"])
+        if url is not None:
+            return await forward_request(request, broker, url)
+        return await endpoint(**kwargs)
+
+    return serve

@@ -22,6 +22,11 @@ from storage_layout.records import NewRecord
 
 BINARY = "binary"
 JSON = "json"
+# The media type of records in each embedded format (fetch responses, consumer records).
+RECORD_MEDIA_TYPES = {
+    BINARY: "application/vnd.kafka.binary.v2+json",
+    JSON: "application/vnd.kafka.json.v2+json",
+}
 
 _V2_TYPE = re.compile(
     r"application/vnd\.kafka(?:\.(binary|json|avro|jsonschema|protobuf))?\.v[12]\+json"

@@ -9,14 +9,9 @@ import orjson
 
 from api.broker.broker import Broker, FetchRequest
 from api.broker.errors import NotLeader
-from api.wire import records_to_items
+from api.wire import RECORD_MEDIA_TYPES, records_to_items
 from storage_layout.errors import OffsetOutOfRange
 from storage_layout.records import PartitionBounds
-
-_ACCEPT = {
-    "binary": "application/vnd.kafka.binary.v2+json",
-    "json": "application/vnd.kafka.json.v2+json",
-}
 
 
 async def fetch_items(
@@ -43,7 +38,7 @@ async def fetch_items(
         broker,
         f"{url}/topics/{topic}/partitions/{partition}/records",
         params={"offset": offset, "max_bytes": bytes_max, "timeout": timeout_ms},
-        headers={"Accept": _ACCEPT[embedded]},
+        headers={"Accept": RECORD_MEDIA_TYPES[embedded]},
     )
     if answer.status_code == 416:
         remote = await bounds(broker, topic, partition)

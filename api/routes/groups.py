@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from api.deps import BrokerDep
 from api.errors import ApiError
-from api.forwarding import forward_request
+from api.forwarding import served_by_coordinator
 from api.groups.assignors import ASSIGNORS
 from api.groups.coordinator import JoinResult
 from api.groups.group import JoinRequest, MemberView, Subscription
@@ -54,29 +54,22 @@ class CommitBody(BaseModel):
     offsets: list[OffsetBody]
 
 
-async def _forwarded(request: Request, broker, group: str) -> Response | None:
-    url = broker.groups.remote_url(group)
-    return None if url is None else await forward_request(request, broker, url)
-
-
 def _json(body: object, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status, media_type="application/json")
 
 
 @router.post("/{group}/members", summary="Join (long-polls until the rebalance completes)")
+@served_by_coordinator
 async def join(group: str, body: JoinBody, request: Request, broker: BrokerDep) -> Response:
-    if (forwarded := await _forwarded(request, broker, group)) is not None:
-        return forwarded
     result = await broker.groups.join(group, _join_request(body))
     return _json(_join_result(result))
 
 
 @router.post("/{group}/members/{member}/sync", summary="The member's assignment")
+@served_by_coordinator
 async def sync(
     group: str, member: str, body: GenerationBody, request: Request, broker: BrokerDep
 ) -> Response:
-    if (forwarded := await _forwarded(request, broker, group)) is not None:
-        return forwarded
     assignment = await broker.groups.sync(group, member, body.generation_id)
     return _json({"generation_id": body.generation_id, "assignment": _partitions(assignment)})
 
@@ -85,27 +78,24 @@ async def sync(
     "/{group}/members/{member}/heartbeat",
     summary="Keep the session (409 40912 REBALANCE_IN_PROGRESS: join again)",
 )
+@served_by_coordinator
 async def heartbeat(
     group: str, member: str, body: GenerationBody, request: Request, broker: BrokerDep
 ) -> Response:
-    if (forwarded := await _forwarded(request, broker, group)) is not None:
-        return forwarded
     await broker.groups.heartbeat(group, member, body.generation_id)
     return Response(status_code=204)
 
 
 @router.delete("/{group}/members/{member}", summary="Leave the group")
+@served_by_coordinator
 async def leave(group: str, member: str, request: Request, broker: BrokerDep) -> Response:
-    if (forwarded := await _forwarded(request, broker, group)) is not None:
-        return forwarded
     await broker.groups.leave(group, member)
     return Response(status_code=204)
 
 
 @router.post("/{group}/offsets", summary="Commit offsets (next offset to read)")
+@served_by_coordinator
 async def commit(group: str, body: CommitBody, request: Request, broker: BrokerDep) -> Response:
-    if (forwarded := await _forwarded(request, broker, group)) is not None:
-        return forwarded
     commits = [OffsetCommit(o.topic, o.partition, o.offset, o.metadata) for o in body.offsets]
     await broker.groups.commit(
         group, commits, member_id=body.member_id, generation=body.generation_id
@@ -114,9 +104,8 @@ async def commit(group: str, body: CommitBody, request: Request, broker: BrokerD
 
 
 @router.get("/{group}/offsets", summary="Committed offsets")
+@served_by_coordinator
 async def committed(group: str, request: Request, broker: BrokerDep) -> Response:
-    if (forwarded := await _forwarded(request, broker, group)) is not None:
-        return forwarded
     stored = await broker.groups.committed(group)
     offsets = [
         {
@@ -134,9 +123,8 @@ async def committed(group: str, request: Request, broker: BrokerDep) -> Response
 
 
 @router.get("/{group}", summary="Describe a group")
+@served_by_coordinator
 async def describe(group: str, request: Request, broker: BrokerDep) -> Response:
-    if (forwarded := await _forwarded(request, broker, group)) is not None:
-        return forwarded
     description = await broker.groups.describe(group)
     return _json(
         {

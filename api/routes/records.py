@@ -14,20 +14,15 @@ from starlette.responses import Response
 from api.broker.broker import FetchRequest
 from api.deps import BrokerDep
 from api.forwarding import proxy_to_leader
-from api.wire import fetch_format, records_to_json
+from api.wire import RECORD_MEDIA_TYPES, fetch_format, records_to_json
 
 router = APIRouter(tags=["records"])
-
-_FORMATS = {
-    "binary": "application/vnd.kafka.binary.v2+json",
-    "json": "application/vnd.kafka.json.v2+json",
-}
 
 
 @router.get(
     "/topics/{topic}/partitions/{partition}/records",
     summary="Fetch records from an offset (long-poll)",
-    responses={200: {"content": {media: {} for media in _FORMATS.values()}}},
+    responses={200: {"content": {media: {} for media in RECORD_MEDIA_TYPES.values()}}},
 )
 async def fetch_records(
     topic: str,
@@ -52,4 +47,4 @@ async def fetch_records(
     )
     result = await broker.fetch(fetch)
     body = records_to_json(result.records, topic=topic, partition=partition, embedded=embedded)
-    return Response(body, media_type=_FORMATS[embedded])
+    return Response(body, media_type=RECORD_MEDIA_TYPES[embedded])

@@ -15,22 +15,17 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from api.broker.broker import Broker
 from api.deps import BrokerDep, base_url
 from api.errors import ApiError
-from api.forwarding import forward_request
+from api.forwarding import served_by_coordinator
 from api.groups.group import Subscription
 from api.groups.instances import InstanceConfig
-from api.wire import fetch_format, iso_to_ms, parse_json
+from api.wire import RECORD_MEDIA_TYPES, fetch_format, iso_to_ms, parse_json
 from storage_layout.records import TopicPartition
 
 router = APIRouter(tags=["consumers (v2)"])
 
 V2_TYPE = "application/vnd.kafka.v2+json"
-_RECORD_TYPES = {
-    "binary": "application/vnd.kafka.binary.v2+json",
-    "json": "application/vnd.kafka.json.v2+json",
-}
 INSTANCE = "/consumers/{group}/instances/{instance}"
 
 
@@ -45,11 +40,6 @@ def _routes(method: str, path: str, **kwargs) -> Callable:
         return function
 
     return register
-
-
-async def _remote(request: Request, broker: Broker, group: str) -> Response | None:
-    url = broker.groups.remote_url(group)
-    return None if url is None else await forward_request(request, broker, url)
 
 
 def _no_content() -> Response:
@@ -74,9 +64,8 @@ async def _body(request: Request, *, required: bool = True) -> dict:
 
 
 @_routes("POST", "/consumers/{group}", summary="Create a consumer instance")
+@served_by_coordinator
 async def create_instance(group: str, request: Request, broker: BrokerDep) -> Response:
-    if (forwarded := await _remote(request, broker, group)) is not None:
-        return forwarded
     config = InstanceConfig.parse(await _body(request, required=False))
     await broker.consumers.create(group, config)
     base = base_url(request, broker.settings)
@@ -85,9 +74,8 @@ async def create_instance(group: str, request: Request, broker: BrokerDep) -> Re
 
 
 @_routes("DELETE", INSTANCE, summary="Delete a consumer instance (leaves its group)")
+@served_by_coordinator
 async def delete_instance(group: str, instance: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _remote(request, broker, group)) is not None:
-        return forwarded
     await broker.consumers.delete(group, instance)
     return _no_content()
 
@@ -96,41 +84,36 @@ async def delete_instance(group: str, instance: str, request: Request, broker: B
 
 
 @_routes("POST", INSTANCE + "/subscription", summary="Subscribe to topics or a topic pattern")
+@served_by_coordinator
 async def subscribe(group: str, instance: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _remote(request, broker, group)) is not None:
-        return forwarded
     await broker.consumers.subscribe(group, instance, _subscription(await _body(request)))
     return _no_content()
 
 
 @_routes("GET", INSTANCE + "/subscription", summary="Subscribed topics")
+@served_by_coordinator
 async def get_subscription(group: str, instance: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _remote(request, broker, group)) is not None:
-        return forwarded
     return _json({"topics": broker.consumers.subscribed_topics(group, instance)})
 
 
 @_routes("DELETE", INSTANCE + "/subscription", summary="Unsubscribe (leave the group)")
+@served_by_coordinator
 async def unsubscribe(group: str, instance: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _remote(request, broker, group)) is not None:
-        return forwarded
     await broker.consumers.unsubscribe(group, instance)
     return _no_content()
 
 
 @_routes("POST", INSTANCE + "/assignments", summary="Assign partitions manually")
+@served_by_coordinator
 async def assign(group: str, instance: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _remote(request, broker, group)) is not None:
-        return forwarded
     partitions = _partitions(await _body(request))
     await broker.consumers.assign(group, instance, partitions)
     return _no_content()
 
 
 @_routes("GET", INSTANCE + "/assignments", summary="Partitions assigned to the instance")
+@served_by_coordinator
 async def get_assignments(group: str, instance: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _remote(request, broker, group)) is not None:
-        return forwarded
     partitions = await broker.consumers.assignment(group, instance)
     return _json({"partitions": [_tp(tp) for tp in partitions]})
 
@@ -139,9 +122,8 @@ async def get_assignments(group: str, instance: str, request: Request, broker: B
 
 
 @_routes("POST", INSTANCE + "/positions", summary="Seek to offsets or timestamps")
+@served_by_coordinator
 async def seek(group: str, instance: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _remote(request, broker, group)) is not None:
-        return forwarded
     body = await _body(request)
     if "timestamps" in body:
         timestamps = {
@@ -155,18 +137,16 @@ async def seek(group: str, instance: str, request: Request, broker: BrokerDep):
 
 
 @_routes("POST", INSTANCE + "/positions/beginning", summary="Seek to the beginning")
+@served_by_coordinator
 async def seek_beginning(group: str, instance: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _remote(request, broker, group)) is not None:
-        return forwarded
     partitions = _partitions(await _body(request))
     await broker.consumers.seek_to(group, instance, partitions, end=False)
     return _no_content()
 
 
 @_routes("POST", INSTANCE + "/positions/end", summary="Seek to the end")
+@served_by_coordinator
 async def seek_end(group: str, instance: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _remote(request, broker, group)) is not None:
-        return forwarded
     partitions = _partitions(await _body(request))
     await broker.consumers.seek_to(group, instance, partitions, end=True)
     return _no_content()
@@ -176,6 +156,7 @@ async def seek_end(group: str, instance: str, request: Request, broker: BrokerDe
 
 
 @_routes("GET", INSTANCE + "/records", summary="Fetch records (returns as soon as any arrive)")
+@served_by_coordinator
 async def get_records(
     group: str,
     instance: str,
@@ -184,8 +165,6 @@ async def get_records(
     timeout: Annotated[int | None, Query(ge=0, description="Longest wait in ms")] = None,
     max_bytes: Annotated[int | None, Query(gt=0, description="Bytes of keys and values")] = None,
 ) -> Response:
-    if (forwarded := await _remote(request, broker, group)) is not None:
-        return forwarded
     embedded = fetch_format(request.headers.get("accept"))
     accept = (request.headers.get("accept") or "*/*").lower()
     if "vnd.kafka." not in accept or "v2+json" not in accept:
@@ -198,13 +177,12 @@ async def get_records(
         bytes_max=min(max_bytes or settings.fetch_bytes_max_default, settings.fetch_bytes_max_cap),
         embedded=embedded,
     )
-    return Response(orjson.dumps(items), media_type=_RECORD_TYPES[embedded])
+    return Response(orjson.dumps(items), media_type=RECORD_MEDIA_TYPES[embedded])
 
 
 @_routes("POST", INSTANCE + "/offsets", summary="Commit offsets (last consumed; empty = all)")
+@served_by_coordinator
 async def commit_offsets(group: str, instance: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _remote(request, broker, group)) is not None:
-        return forwarded
     body = await _body(request, required=False)
     offsets = {
         _tp_of(item): (_int(item, "offset"), item.get("metadata"))
@@ -215,9 +193,8 @@ async def commit_offsets(group: str, instance: str, request: Request, broker: Br
 
 
 @_routes("GET", INSTANCE + "/offsets", summary="Committed offsets (JSON body lists partitions)")
+@served_by_coordinator
 async def get_offsets(group: str, instance: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _remote(request, broker, group)) is not None:
-        return forwarded
     body = await _body(request, required=False)
     if "partitions" not in body:
         raise ApiError(

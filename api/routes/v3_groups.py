@@ -27,13 +27,12 @@ from dataclasses import dataclass
 import httpx
 import orjson
 from fastapi import APIRouter, Request
-from starlette.responses import Response
 
 from api.broker import remote_reads
 from api.broker.broker import Broker
 from api.deps import BrokerDep, base_url
 from api.errors import ApiError
-from api.forwarding import forward_request
+from api.forwarding import served_by_coordinator
 from api.groups.coordinator import GroupDescription
 from api.groups.group import GroupState, MemberView
 from api.routes.internal import INTERNAL_GROUPS_PATH, group_summary, local_group_summaries
@@ -92,17 +91,17 @@ async def list_groups(cluster_id: str, request: Request, broker: BrokerDep) -> d
 
 
 @router.get("/{group}", summary="Consumer group", response_model=None)
+@served_by_coordinator
 async def get_group(cluster_id: str, group: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _forwarded(request, broker, cluster_id, group)) is not None:
-        return forwarded
+    check_cluster(cluster_id, broker.settings)
     description = await broker.groups.describe(group)
     return _group_data(_links(request, broker, cluster_id), group_summary(description))
 
 
 @router.get("/{group}/consumers", summary="Consumers of a group", response_model=None)
+@served_by_coordinator
 async def list_consumers(cluster_id: str, group: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _forwarded(request, broker, cluster_id, group)) is not None:
-        return forwarded
+    check_cluster(cluster_id, broker.settings)
     description = await broker.groups.describe(group)
     links = _links(request, broker, cluster_id)
     members = sorted(description.members, key=lambda m: m.member_id)
@@ -111,11 +110,11 @@ async def list_consumers(cluster_id: str, group: str, request: Request, broker: 
 
 
 @router.get("/{group}/consumers/{consumer_id}", summary="Consumer", response_model=None)
+@served_by_coordinator
 async def get_consumer(
     cluster_id: str, group: str, consumer_id: str, request: Request, broker: BrokerDep
 ):
-    if (forwarded := await _forwarded(request, broker, cluster_id, group)) is not None:
-        return forwarded
+    check_cluster(cluster_id, broker.settings)
     member = _member(await broker.groups.describe(group), consumer_id)
     return _consumer_data(_links(request, broker, cluster_id), group, member)
 
@@ -125,11 +124,11 @@ async def get_consumer(
     summary="Partitions assigned to a consumer",
     response_model=None,
 )
+@served_by_coordinator
 async def list_assignments(
     cluster_id: str, group: str, consumer_id: str, request: Request, broker: BrokerDep
 ):
-    if (forwarded := await _forwarded(request, broker, cluster_id, group)) is not None:
-        return forwarded
+    check_cluster(cluster_id, broker.settings)
     member = _member(await broker.groups.describe(group), consumer_id)
     links = _links(request, broker, cluster_id)
     data = [_assignment_data(links, group, consumer_id, tp) for tp in sorted(member.assignment)]
@@ -142,6 +141,7 @@ async def list_assignments(
     summary="One assigned partition",
     response_model=None,
 )
+@served_by_coordinator
 async def get_assignment(
     cluster_id: str,
     group: str,
@@ -151,8 +151,7 @@ async def get_assignment(
     request: Request,
     broker: BrokerDep,
 ):
-    if (forwarded := await _forwarded(request, broker, cluster_id, group)) is not None:
-        return forwarded
+    check_cluster(cluster_id, broker.settings)
     member = _member(await broker.groups.describe(group), consumer_id)
     tp = TopicPartition(topic, partition)
     if tp not in member.assignment:
@@ -161,9 +160,9 @@ async def get_assignment(
 
 
 @router.get("/{group}/lags", summary="Lag per committed partition", response_model=None)
+@served_by_coordinator
 async def list_lags(cluster_id: str, group: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _forwarded(request, broker, cluster_id, group)) is not None:
-        return forwarded
+    check_cluster(cluster_id, broker.settings)
     lags = await group_lags(broker, group)
     # Confluent's order: largest lag first, then topic and partition.
     lags.sort(key=lambda lag: (-lag.lag, lag.partition.topic, lag.partition.partition))
@@ -177,11 +176,11 @@ async def list_lags(cluster_id: str, group: str, request: Request, broker: Broke
     summary="Lag of one partition",
     response_model=None,
 )
+@served_by_coordinator
 async def get_lag(
     cluster_id: str, group: str, topic: str, partition: int, request: Request, broker: BrokerDep
 ):
-    if (forwarded := await _forwarded(request, broker, cluster_id, group)) is not None:
-        return forwarded
+    check_cluster(cluster_id, broker.settings)
     tp = TopicPartition(topic, partition)
     lags = await group_lags(broker, group, only=tp)
     if not lags:
@@ -192,9 +191,9 @@ async def get_lag(
 
 
 @router.get("/{group}/lag-summary", summary="Largest and total lag", response_model=None)
+@served_by_coordinator
 async def get_lag_summary(cluster_id: str, group: str, request: Request, broker: BrokerDep):
-    if (forwarded := await _forwarded(request, broker, cluster_id, group)) is not None:
-        return forwarded
+    check_cluster(cluster_id, broker.settings)
     lags = await group_lags(broker, group)
     if not lags:
         raise ApiError(
@@ -297,14 +296,6 @@ def _stored_only(group_id: str, coordinator: int) -> dict:
 
 
 # ---- shapes --------------------------------------------------------------------------------
-
-
-async def _forwarded(
-    request: Request, broker: Broker, cluster_id: str, group: str
-) -> Response | None:
-    check_cluster(cluster_id, broker.settings)
-    url = broker.groups.remote_url(group)
-    return None if url is None else await forward_request(request, broker, url)
 
 
 def _links(request: Request, broker: Broker, cluster_id: str) -> Links:
