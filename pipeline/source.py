@@ -34,7 +34,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from pipeline.read import EARLIEST, LATEST, kafka_schema, parse_offsets
+from pipeline.read import EARLIEST, LATEST, kafka_schema, parse_offsets, resolve_range
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog
 from storage_layout.delta_log import DeltaPartitionLog
@@ -230,25 +230,19 @@ def _partition_splits(
     end: int,
     fail_on_data_loss: bool,
 ) -> list[OffsetSplit]:
-    snapshot = log.snapshot
-    low, high = snapshot.log_start_offset, snapshot.high_watermark
-    first = {EARLIEST: low, LATEST: high}.get(start, start)
-    last = {EARLIEST: low, LATEST: high}.get(end, end)
-    where = f"{topic}-{partition}"
-    if first < low:
+    low = log.snapshot.log_start_offset
+    if 0 <= start < low:
         if fail_on_data_loss:
             raise ValueError(
-                f"startingOffsets for {where} is {first}, below log_start_offset {low}: those "
-                f"records were deleted by retention. Set failOnDataLoss=false to start at {low}."
+                f"startingOffsets for {topic}-{partition} is {start}, below log_start_offset "
+                f"{low}: those records were deleted by retention. Set failOnDataLoss=false to "
+                f"start at {low}."
             )
-        first = low
-    if first > high or last > high or first > last:
-        raise ValueError(
-            f"Offsets [{first}, {last}) for {where} are outside the partition's offsets "
-            f"[{low}, {high}] or reversed."
-        )
+        start = low
+    wanted = resolve_range(log, partition=partition, start=start, end=end, topic=topic)
+    first, last = wanted.start, wanted.end
     splits, files, records = [], [], 0
-    for data_file in snapshot.files:
+    for data_file in log.snapshot.files:
         if data_file.max_offset < first or data_file.min_offset >= last:
             continue
         piece = FileSlice(data_file.path, max(first, data_file.min_offset), last)

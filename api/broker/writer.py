@@ -112,6 +112,7 @@ class PartitionWriter:
         self._appended = asyncio.Event()
         self._closed = False
         self._commits_since_upkeep = 0
+        self._expired_at_ms = 0  # when idle producers were last forgotten
         self._upkeep_started = 0.0  # time.monotonic() of the last housekeeping start
         self._upkeep: asyncio.Future | None = None
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -183,9 +184,7 @@ class PartitionWriter:
             self._check_can_write()
             if self._states is None and any(p.producer is not None for p in batch):
                 self._states = await loop.run_in_executor(self._executor, self.log.producer_states)
-            if self._states is not None:
-                expiration_ms = self._limits.producer_expiration_ms
-                self._states = self._states.without_expired(now_ms, expiration_ms)
+            self._maybe_expire_producers(now_ms)
             plan = self._plan(batch, now_ms)
         except Exception as error:  # the state could not be rebuilt: nobody is acknowledged
             _fail(batch, error)
@@ -225,10 +224,20 @@ class PartitionWriter:
         if running:
             return
         self._commits_since_upkeep = 0
+        self._expired_at_ms = 0  # when idle producers were last forgotten
         self._upkeep_started = time.monotonic()
         loop = asyncio.get_running_loop()
         self._upkeep = loop.run_in_executor(self._executor, self.log.housekeeping)
         self._upkeep.add_done_callback(_report_upkeep_failure)
+
+    def _maybe_expire_producers(self, now_ms: int) -> None:
+        """Forget idle producers, at most every half expiration (not on every commit: the
+        scan is over every producer the partition knows)."""
+        expiration_ms = self._limits.producer_expiration_ms
+        if self._states is None or now_ms - self._expired_at_ms < expiration_ms // 2:
+            return
+        self._states = self._states.without_expired(now_ms, expiration_ms)
+        self._expired_at_ms = now_ms
 
     def _check_can_write(self) -> None:
         if self.deposed:

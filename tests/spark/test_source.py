@@ -7,6 +7,7 @@ import json
 
 import pytest
 from chispa import assert_df_equality
+from deltalake import DeltaTable
 
 from pipeline import source
 from pipeline.read import read_topic
@@ -116,3 +117,22 @@ def test_timestamp_options(lakelog, tmp_path):
     late = lakelog.read.format("lakelog").option("subscribe", "clicks")
     with pytest.raises(Exception, match="No record"):
         late.option("startingTimestamp", "99999").load(root).collect()
+
+
+def test_fail_on_data_loss_below_log_start(lakelog, tmp_path):
+    """A starting offset that retention deleted: an error by default, the log start with
+    failOnDataLoss=false."""
+    root = str(tmp_path)
+    TopicCatalog(root).create_topic("trimmed", 1, TopicConfig())
+    uri = partition_table_uri(root, "trimmed", 0)
+    log = DeltaPartitionLog.open(uri)
+    config = TopicConfig.from_mapping({"segment.bytes": "100"})
+    for batch in range(3):
+        log.append([NewRecord(None, f"{batch}-{i}".encode()) for i in range(4)], config=config)
+    DeltaTable(uri).delete("segment = 0")
+    start = json.dumps({"trimmed": {"0": 1}})
+    reader = lakelog.read.format("lakelog").option("subscribe", "trimmed")
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        reader.option("startingOffsets", start).load(root).collect()
+    lenient = reader.option("startingOffsets", start).option("failOnDataLoss", "false")
+    assert sorted(r.offset for r in lenient.load(root).collect()) == list(range(4, 12))
