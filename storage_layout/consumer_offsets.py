@@ -271,7 +271,7 @@ class ConsumerOffsets:
         with self._lock:
             results = self._commit_locked(entries, now_ms)
             files_count = len(self._dt.file_uris())
-        if files_count > META_FILES_MAX:
+        if files_count > META_FILES_MAX and not self._compacting.locked():
             # In the background: a compaction took 50-160 ms, the p99 of the commits that ran
             # it inline. It is safe next to commits (see `compact`).
             threading.Thread(target=self._maybe_compact, daemon=True).start()
