@@ -27,7 +27,6 @@ from api.broker.errors import (
     RecordTooLarge,
 )
 from api.broker.leaders import Leaders
-from api.broker.partitioner import RoundRobin, choose_partition
 from api.broker.writer import BatchAck, CommitLimits
 from conf.settings import Settings
 from storage_layout import paths
@@ -36,6 +35,7 @@ from storage_layout.consumer_offsets import ConsumerOffsets
 from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import ProducerError, TopicExists, TopicNotFound
 from storage_layout.nodes import NodeRegistry
+from storage_layout.partitioner import RoundRobin, choose_partition
 from storage_layout.producer_state import ProducerBatch, check_batch_shape
 from storage_layout.producers import ProducerIdAllocator, ProducerIdentity
 from storage_layout.records import FetchResult, NewRecord, PartitionBounds

@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from api.broker.partitioner import murmur2
 from storage_layout.nodes import NodeRecord, NodeRegistry
+from storage_layout.partitioner import murmur2
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from api.broker.cluster import preferred_node
-from api.broker.partitioner import murmur2, to_positive
 from api.groups.errors import (
     GroupNotFound,
     InvalidGroupRequest,
@@ -44,6 +43,7 @@ from storage_layout.consumer_offsets import (
 )
 from storage_layout.delta_log import Leadership
 from storage_layout.errors import LeadershipConflict
+from storage_layout.partitioner import murmur2, to_positive
 from storage_layout.records import TopicPartition
 
 log = logging.getLogger("lakelog.groups")

@@ -9,7 +9,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from api.broker.partitioner import partition_for_key
+from storage_layout.partitioner import partition_for_key
 from tests.integration.helpers import (
     BINARY_V2,
     JSON_V2,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from api.broker.partitioner import (
+from storage_layout.partitioner import (
     RoundRobin,
     choose_partition,
     murmur2,
