@@ -39,7 +39,13 @@ from storage_layout.errors import (
 from storage_layout.fs import filesystem as _filesystem
 from storage_layout.producer_state import CommittedSpan, ProducerStates
 from storage_layout.protocol_check import check_protocol
-from storage_layout.records import AppendResult, FetchResult, NewRecord, PartitionBounds
+from storage_layout.records import (
+    AppendResult,
+    AppTransaction,
+    FetchResult,
+    NewRecord,
+    PartitionBounds,
+)
 from storage_layout.schema import (
     FILE_SCHEMA,
     LEADER_APP_ID,
@@ -63,6 +69,7 @@ TABLE_CONFIGURATION = {
 # Non-txn conflicts (e.g. a retention DELETE committed under the lease) are retried on a fresh
 # snapshot; the failed attempt committed nothing, so offsets may be assigned again.
 APPEND_ATTEMPTS_MAX = 3
+APPEND_ONCE_ATTEMPTS_MAX = 20
 TAIL_COMMITS_MAX = 256
 CHECKPOINT_INTERVAL = int(TABLE_CONFIGURATION["delta.checkpointInterval"])
 # delta-rs checks for expired log files after every commit by listing all of `_delta_log`,
@@ -171,6 +178,9 @@ class DeltaPartitionLog:
         self._held: Leadership | None = None  # leadership this writer asserts in every append
         self._upkeep_dt: DeltaTable | None = None  # housekeeping's own view of the table
         self._checkpointed_version = 0
+        # App txns of this writer's own direct commits since `_dt` was loaded (`_dt` lags
+        # behind them; any other writer's commit makes this writer reload first).
+        self._own_app_versions: dict[str, int] = {}
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -215,6 +225,7 @@ class DeltaPartitionLog:
             raise StorageUnavailable(f"Cannot refresh {self.table_uri}: {error}") from error
         check_protocol(self._dt.protocol(), self.table_uri)
         self._snapshot = _load_snapshot(self._dt, self._fenced)
+        self._own_app_versions = {}
         return self._snapshot
 
     # ---- leadership --------------------------------------------------------------------------
@@ -425,11 +436,13 @@ class DeltaPartitionLog:
         config: TopicConfig,
         now_ms: int | None = None,
         producers: ProducerColumns | None = None,
+        transaction: AppTransaction | None = None,
     ) -> AppendResult:
         """Append `records` in one Delta commit with the offset CAS; dense offsets from the HW.
 
         `producers` (one entry per record) fills the producer_id/producer_epoch/sequence
         columns, so idempotent producers' state is committed atomically with their records.
+        `transaction` is committed with the records too (see `append_once`).
 
         Raises:
             AppendConflict: another writer committed offsets after this log's snapshot; nothing
@@ -438,11 +451,13 @@ class DeltaPartitionLog:
         """
         if not records:
             raise ValueError("append needs at least one record")
+        if transaction is not None and transaction.app_id in (LOG_APP_ID, LEADER_APP_ID):
+            raise ValueError(f"txn app id {transaction.app_id!r} is reserved by the log")
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         for attempt in range(APPEND_ATTEMPTS_MAX):
             base_offset = self._snapshot.high_watermark
             try:
-                return self._append_once(records, config, now_ms, producers)
+                return self._append_once(records, config, now_ms, producers, transaction)
             except (CommitFailedError, _VersionTaken) as error:
                 self.reload()
                 if self._held is not None and self.leader() != self._held:
@@ -462,7 +477,44 @@ class DeltaPartitionLog:
                     ) from error
         raise AssertionError("unreachable")
 
-    def _append_once(self, records, config: TopicConfig, now_ms: int, producers) -> AppendResult:
+    def append_once(
+        self,
+        records: Sequence[NewRecord],
+        *,
+        config: TopicConfig,
+        transaction: AppTransaction,
+        now_ms: int | None = None,
+    ) -> AppendResult | None:
+        """Append `records` unless this table already holds `transaction` (its app id at its
+        version or above): then return None, nothing is appended. The txn is committed with
+        the records, so a writer that retries after any failure (a lost answer, a task retry,
+        a restart from a checkpoint) appends them exactly once.
+
+        Raises:
+            AppendConflict: other writers kept winning the offset CAS.
+            StorageUnavailable: the storage could not be written.
+        """
+        for _ in range(APPEND_ONCE_ATTEMPTS_MAX):
+            done = self.app_version(transaction.app_id)
+            if done is not None and done >= transaction.version:
+                return None
+            try:
+                return self.append(records, config=config, now_ms=now_ms, transaction=transaction)
+            except AppendConflict:
+                continue  # reloaded: check the txn again, then assign offsets afresh
+        raise AppendConflict(
+            f"Other writers committed to {self.table_uri} before each of "
+            f"{APPEND_ONCE_ATTEMPTS_MAX} attempts; nothing was appended."
+        )
+
+    def app_version(self, app_id: str) -> int | None:
+        """The version of txn `app_id` in the loaded snapshot (None: never committed)."""
+        own = self._own_app_versions.get(app_id)
+        return own if own is not None else self._dt.transaction_version(app_id)
+
+    def _append_once(
+        self, records, config: TopicConfig, now_ms: int, producers, transaction
+    ) -> AppendResult:
         snapshot = self._snapshot
         base_offset = snapshot.high_watermark
         last_offset = base_offset + len(records) - 1
@@ -471,12 +523,14 @@ class DeltaPartitionLog:
         data_file, action = self._write_data_file(table, segment, now_ms)
         if self._direct:
             try:
-                self._commit_direct(action, last_offset, now_ms)
+                self._commit_direct(action, last_offset, now_ms, transaction)
                 self._advance(self._snapshot, data_file, table)
+                if transaction is not None:
+                    self._own_app_versions[transaction.app_id] = transaction.version
             except _VisibleAfterReload:
                 pass  # the reloaded snapshot holds the commit (without it in the tail)
         else:
-            self._commit([action], last_offset)
+            self._commit([action], last_offset, transaction)
             self._after_commit(snapshot, data_file, table)
         return AppendResult(base_offset, last_offset, now_ms, self._snapshot.table_version, segment)
 
@@ -517,10 +571,14 @@ class DeltaPartitionLog:
         )
         return data_file, action
 
-    def _commit(self, actions: list[AddAction], last_offset: int) -> None:
+    def _commit(
+        self, actions: list[AddAction], last_offset: int, transaction: AppTransaction | None
+    ) -> None:
         transactions = [Transaction(LOG_APP_ID, last_offset)]
         if self._held is not None:
             transactions.append(Transaction(LEADER_APP_ID, self._held.version))
+        if transaction is not None:
+            transactions.append(Transaction(transaction.app_id, transaction.version))
         if not self._fenced:
             transactions = []
         properties = CommitProperties(app_transactions=transactions or None)
@@ -538,7 +596,9 @@ class DeltaPartitionLog:
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Commit to {self.table_uri} failed: {error}") from error
 
-    def _commit_direct(self, add: AddAction, last_offset: int, now_ms: int) -> None:
+    def _commit_direct(
+        self, add: AddAction, last_offset: int, now_ms: int, transaction: AppTransaction | None
+    ) -> None:
         """Create the next commit file; step over housekeeping's rearrangements.
 
         Raises:
@@ -547,6 +607,8 @@ class DeltaPartitionLog:
         transactions = [(LOG_APP_ID, last_offset)]
         if self._held is not None:
             transactions.append((LEADER_APP_ID, self._held.version))
+        if transaction is not None:
+            transactions.append((transaction.app_id, transaction.version))
         action = log_commit.add_action(
             add.path,
             int(add.partition_values[PARTITION_COLUMN]),

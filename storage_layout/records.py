@@ -27,6 +27,16 @@ class NewRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class AppTransaction:
+    """A writer's idempotence marker, committed atomically with its records as a Delta `txn`
+    action (as Delta's own streaming sink commits (queryId, batchId)): once the partition
+    table holds `app_id` at `version` or above, a retry of that write is a duplicate."""
+
+    app_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
 class AppendResult:
     """Offsets [base_offset, last_offset] were committed in Delta version `table_version`."""
 
