@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -227,6 +228,19 @@ class DeltaPartitionLog:
         self._snapshot = _load_snapshot(self._dt, self._fenced)
         self._own_app_versions = {}
         return self._snapshot
+
+    def catch_up(self) -> bool:
+        """Reload if another writer committed since the loaded snapshot (a Spark task that
+        appended directly); True if it did. Direct mode only stats the next commit file."""
+        if self._direct:
+            next_commit = log_commit.commit_path(self._log_dir, self._snapshot.table_version + 1)
+            if not os.path.exists(next_commit):
+                return False
+            self.reload()
+            return True
+        before = self._dt.version()
+        self.reload()
+        return self._dt.version() != before
 
     # ---- leadership --------------------------------------------------------------------------
 

@@ -8,8 +8,7 @@ event loop; blocking Delta work runs on the broker's executor.
 from __future__ import annotations
 
 import asyncio
-import base64
-import dataclasses
+import contextlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -27,9 +26,10 @@ from api.broker.errors import (
     RecordTooLarge,
 )
 from api.broker.leaders import Leaders
-from api.broker.writer import BatchAck, CommitLimits
+from api.broker.writer import FOREIGN_CHECK_INTERVAL_MS, BatchAck, CommitLimits
 from conf.settings import Settings
 from storage_layout import paths
+from storage_layout.append_wire import INTERNAL_APPEND_PATH, encode_append
 from storage_layout.catalog import TopicCatalog, TopicInfo, check_partition_count
 from storage_layout.consumer_offsets import ConsumerOffsets
 from storage_layout.delta_log import DeltaPartitionLog
@@ -38,11 +38,10 @@ from storage_layout.nodes import NodeRegistry
 from storage_layout.partitioner import RoundRobin, choose_partition
 from storage_layout.producer_state import ProducerBatch, check_batch_shape
 from storage_layout.producers import ProducerIdAllocator, ProducerIdentity
-from storage_layout.records import FetchResult, NewRecord, PartitionBounds
+from storage_layout.records import AppTransaction, FetchResult, NewRecord, PartitionBounds
 from storage_layout.topic_config import TopicConfig, validate_topic_name
 
 EXECUTOR_THREADS = 8
-INTERNAL_APPEND_PATH = "/_lakelog/internal/topics/{topic}/partitions/{partition}/append"
 
 log = logging.getLogger("lakelog.broker")
 ACKS_NONE = "0"  # answer once queued
@@ -290,7 +289,9 @@ class Broker:
             NotLeader: another node leads the partition (routes proxy to it first).
         """
         (await self.topic(topic_name)).check_partition(partition)
-        return (await self.leaders.writer(topic_name, partition)).log.bounds()
+        writer = await self.leaders.writer(topic_name, partition)
+        writer.notice_foreign_commits()  # the next answer includes other writers' appends
+        return writer.log.bounds()
 
     async def offset_for_timestamp(
         self, topic_name: str, partition: int, timestamp_ms: int
@@ -415,16 +416,18 @@ class Broker:
         *,
         producer: ProducerBatch | None,
         forward: bool,
+        transaction: AppTransaction | None = None,
     ) -> asyncio.Future:
         """Queue one partition's records here if this node leads it, else at the leader
         (`forward`), else fail with NotLeader (retriable). The future resolves to the
-        BatchAck once the records are durably committed."""
+        BatchAck once the records are durably committed. With `transaction` (a Spark
+        writer's txn), they are committed alone with it, once (see PartitionWriter)."""
         if self._closing:
             raise BrokerShuttingDown("This gateway is shutting down; retry the request.")
         route = await self.leaders.route(topic_name, partition)
         if route.writer is not None:
             size_bytes = sum(record.size_bytes() for record in batch)
-            return route.writer.submit(batch, size_bytes, producer)
+            return route.writer.submit(batch, size_bytes, producer, transaction)
         if not forward:
             raise NotLeader(
                 f"Node {route.leader_id} leads {topic_name}/{partition}.", leader_id=route.leader_id
@@ -438,7 +441,9 @@ class Broker:
     ) -> BatchAck:
         path = INTERNAL_APPEND_PATH.format(topic=topic, partition=partition)
         try:
-            response = await self._http.post(url + path, json=encode_batch(batch, producer))
+            response = await self._http.post(
+                url + path, json=encode_append(batch, producer=producer)
+            )
         except httpx.HTTPError as error:
             self.leaders.forget(topic, partition)
             raise NotLeader(
@@ -469,10 +474,11 @@ class Broker:
             remaining = deadline - time.monotonic()
             if result.records.num_rows or remaining <= 0 or self._closing:
                 return result
-            try:
-                await asyncio.wait_for(appended.wait(), remaining)
-            except TimeoutError:
-                return await self._read(writer.log, request)
+            writer.notice_foreign_commits()
+            # Woken by this node's next commit, or in time to see another writer's.
+            wait_s = min(remaining, FOREIGN_CHECK_INTERVAL_MS / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(appended.wait(), wait_s)
 
     async def _read(self, log: DeltaPartitionLog, request: FetchRequest) -> FetchResult:
         return await self._blocking(
@@ -481,43 +487,6 @@ class Broker:
             records_max=self.settings.fetch_records_max,
             bytes_max=request.bytes_max,
         )
-
-
-def encode_batch(batch: list[NewRecord], producer: ProducerBatch | None) -> dict:
-    """The internal forwarding body of one partition's records (base64 bytes)."""
-    return {
-        "producer": None if producer is None else dataclasses.asdict(producer),
-        "records": [
-            {
-                "key": _b64(record.key),
-                "value": _b64(record.value),
-                "timestamp_ms": record.timestamp_ms,
-                "headers": [[name, _b64(value)] for name, value in record.headers],
-            }
-            for record in batch
-        ],
-    }
-
-
-def decode_batch(body: dict) -> tuple[list[NewRecord], ProducerBatch | None]:
-    producer = None if body.get("producer") is None else ProducerBatch(**body["producer"])
-    return producer, [
-        NewRecord(
-            key=_unb64(item["key"]),
-            value=_unb64(item["value"]),
-            timestamp_ms=item["timestamp_ms"],
-            headers=tuple((name, _unb64(value)) for name, value in item["headers"]),
-        )
-        for item in body["records"]
-    ]
-
-
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode()
-
-
-def _unb64(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text)
 
 
 def _consume_outcome(future: asyncio.Future) -> None:

@@ -28,7 +28,7 @@ from api.broker.errors import BrokerShuttingDown, NotLeader
 from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import AppendConflict, LeadershipConflict
 from storage_layout.producer_state import Duplicate, ProducerBatch, ProducerStates
-from storage_layout.records import NewRecord
+from storage_layout.records import AppTransaction, NewRecord
 from storage_layout.topic_config import TopicConfig
 
 log = logging.getLogger("lakelog.writer")
@@ -41,15 +41,24 @@ FAULT_EXIT_CODE = 75
 # high commit rate each pass then merges one larger run instead of many passes of 32 files.
 UPKEEP_EVERY_COMMITS = 32
 UPKEEP_INTERVAL_MS = 1000
+# A group commit that loses the offset CAS to another writer (a Spark task appending directly)
+# is planned again from the reloaded log until this long after its first attempt; only then do
+# its producers see the (retriable) error.
+CONFLICT_RETRY_MS = 10_000
+# How stale the log may look to a fetch at its head when another writer appends directly.
+FOREIGN_CHECK_INTERVAL_MS = 500
 
 
 @dataclass(frozen=True, slots=True)
 class BatchAck:
-    """One produce batch was committed at offsets [base_offset, base_offset + count)."""
+    """One produce batch was committed at offsets [base_offset, base_offset + count).
+    `duplicate`: the table already held the batch's transaction; nothing was appended and
+    the original offsets are unknown (base_offset -1)."""
 
     base_offset: int
     count: int
     append_time_ms: int
+    duplicate: bool = False
 
 
 @dataclass(slots=True)
@@ -58,6 +67,7 @@ class _Pending:
     size_bytes: int
     future: asyncio.Future
     producer: ProducerBatch | None = None
+    transaction: AppTransaction | None = None  # committed alone, with this txn
 
 
 @dataclass(slots=True)
@@ -115,6 +125,8 @@ class PartitionWriter:
         self._expired_at_ms = 0  # when idle producers were last forgotten
         self._upkeep_started = 0.0  # time.monotonic() of the last housekeeping start
         self._upkeep: asyncio.Future | None = None
+        self._catch_up_requested = False
+        self._catch_up_asked_at = 0.0  # time.monotonic() of the last request
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def append(
@@ -128,17 +140,49 @@ class PartitionWriter:
         return await self.submit(records, size_bytes, producer)
 
     def submit(
-        self, records: Sequence[NewRecord], size_bytes: int, producer: ProducerBatch | None = None
+        self,
+        records: Sequence[NewRecord],
+        size_bytes: int,
+        producer: ProducerBatch | None = None,
+        transaction: AppTransaction | None = None,
     ) -> asyncio.Future:
-        """Queue `records`; the returned future resolves to their BatchAck after the commit."""
+        """Queue `records`; the returned future resolves to their BatchAck after the commit.
+
+        With `transaction`, the records are committed in a commit of their own that carries
+        it, unless the table already holds it (then the ack says `duplicate`)."""
+        if producer is not None and transaction is not None:
+            raise ValueError("a batch has a producer sequence or a transaction, not both")
         if self.deposed:
             raise NotLeader("This node no longer leads the partition; retry the request.")
         if self._closed:
             raise BrokerShuttingDown("The partition writer is closing; retry the request.")
         future = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(records, size_bytes, future, producer))
+        self._queue.append(_Pending(records, size_bytes, future, producer, transaction))
         self._wakeup.set()
         return future
+
+    def notice_foreign_commits(self) -> None:
+        """Called by fetches at the head of the log: at most every FOREIGN_CHECK_INTERVAL_MS,
+        have the writer task look for commits another writer made (a Spark task appending
+        directly), so fetchers see them without waiting for this node's next append."""
+        now = time.monotonic()
+        if (now - self._catch_up_asked_at) * 1000 < FOREIGN_CHECK_INTERVAL_MS:
+            return
+        self._catch_up_asked_at = now
+        self._catch_up_requested = True
+        self._wakeup.set()
+
+    async def _catch_up(self) -> None:
+        self._catch_up_requested = False
+        loop = asyncio.get_running_loop()
+        try:
+            changed = await loop.run_in_executor(self._executor, self.log.catch_up)
+        except Exception as error:  # the next fetch asks again; appends reload on their own
+            log.warning("catching up with other writers failed: %r", error)
+            return
+        if changed:
+            self._states = None  # rebuilt from the table when next needed
+            self._wake_fetchers()
 
     def appended_event(self) -> asyncio.Event:
         """An event set by the next commit (fetchers wait on it instead of polling)."""
@@ -160,6 +204,8 @@ class PartitionWriter:
                 await asyncio.sleep(self._limits.linger_ms / 1000)
             while self._queue:
                 await self._commit(self._take_batch())
+            if self._catch_up_requested:
+                await self._catch_up()
             if self._closed:
                 return
 
@@ -170,7 +216,8 @@ class PartitionWriter:
             over = records + len(pending.records) > self._limits.records_max or (
                 size + pending.size_bytes > self._limits.bytes_max
             )
-            if batch and over:
+            alone = pending.transaction is not None or (batch and batch[0].transaction)
+            if batch and (over or alone):
                 break
             batch.append(self._queue.pop(0))
             records += len(pending.records)
@@ -178,6 +225,16 @@ class PartitionWriter:
         return batch
 
     async def _commit(self, batch: list[_Pending]) -> None:
+        if batch[0].transaction is not None:
+            await self._commit_transaction(batch[0])
+            return
+        first_try = time.monotonic()
+        while batch and not await self._commit_group(batch, first_try):
+            batch = [p for p in batch if not p.future.done()]  # lost the CAS: plan again
+
+    async def _commit_group(self, batch: list[_Pending], first_try: float) -> bool:
+        """One attempt at a group commit; False if it lost the offset CAS to another writer
+        (e.g. a Spark task appending directly) and should be planned again."""
         loop = asyncio.get_running_loop()
         now_ms = int(time.time() * 1000)
         try:
@@ -188,18 +245,20 @@ class PartitionWriter:
             plan = self._plan(batch, now_ms)
         except Exception as error:  # the state could not be rebuilt: nobody is acknowledged
             _fail(batch, error)
-            return
+            return True
         if not plan.appends:
-            return
+            return True
         try:
             result = await loop.run_in_executor(self._executor, self._append_blocking, plan, now_ms)
         except Exception as error:  # every waiter learns the failure; nothing was acknowledged
             if isinstance(error, AppendConflict):
                 self._states = None  # another writer committed: rebuild from the table
+                if (time.monotonic() - first_try) * 1000 < CONFLICT_RETRY_MS:
+                    return False
             if isinstance(error, LeadershipConflict):
                 self.deposed = True  # every later batch fails too: it must go to the new leader
             _fail([p for p, _ in plan.appends] + [p for p, _ in plan.echoes], error)
-            return
+            return True
         if self._fault_point == FAULT_AFTER_COMMIT_BEFORE_ACK:
             os._exit(FAULT_EXIT_CODE)
         shift = result.base_offset - plan.base_offset  # 0 unless the log reloaded mid-append
@@ -208,6 +267,36 @@ class PartitionWriter:
             _resolve(pending, BatchAck(offset + shift, len(pending.records), now_ms))
         for pending, duplicate in plan.echoes:
             _resolve(pending, BatchAck(duplicate.base_offset + shift, len(pending.records), now_ms))
+        self._wake_fetchers()
+        self._maybe_start_housekeeping()
+        return True
+
+    async def _commit_transaction(self, pending: _Pending) -> None:
+        """A batch with a writer's txn: committed alone, or acknowledged as a duplicate when
+        the table already holds the txn (storage's append_once)."""
+        loop = asyncio.get_running_loop()
+        now_ms = int(time.time() * 1000)
+        try:
+            self._check_can_write()
+            result = await loop.run_in_executor(
+                self._executor,
+                lambda: self.log.append_once(
+                    pending.records,
+                    config=self._config(),
+                    transaction=pending.transaction,
+                    now_ms=now_ms,
+                ),
+            )
+        except Exception as error:
+            if isinstance(error, LeadershipConflict):
+                self.deposed = True
+            self._states = None  # the log may have reloaded past others' commits
+            _fail([pending], error)
+            return
+        if result is None:
+            _resolve(pending, BatchAck(-1, len(pending.records), now_ms, duplicate=True))
+            return
+        _resolve(pending, BatchAck(result.base_offset, len(pending.records), now_ms))
         self._wake_fetchers()
         self._maybe_start_housekeeping()
 

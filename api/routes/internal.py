@@ -1,5 +1,6 @@
-"""Node-to-node routes: a non-leader forwards a partition's records to its leader; the group
-list asks every node which groups it coordinates.
+"""Node-to-node routes: a non-leader forwards a partition's records to its leader (and Spark
+executors hand theirs to it, with their txn); the group list asks every node which groups it
+coordinates.
 
 Not part of the public API (hidden from OpenAPI). The leader appends only if it still leads the
 partition; it never forwards again, so a request crosses at most one hop.
@@ -10,11 +11,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from api.broker.broker import INTERNAL_APPEND_PATH, Broker, decode_batch
+from api.broker.broker import Broker
 from api.deps import BrokerDep
 from api.groups.coordinator import GroupDescription
 from api.groups.errors import GroupNotFound, NotCoordinator
 from api.wire import parse_json
+from storage_layout.append_wire import INTERNAL_APPEND_PATH, decode_append
 from storage_layout.errors import ProducerError
 
 INTERNAL_GROUPS_PATH = "/_lakelog/internal/groups"
@@ -25,14 +27,25 @@ router = APIRouter(include_in_schema=False)
 @router.post(INTERNAL_APPEND_PATH)
 async def append(topic: str, partition: int, request: Request, broker: BrokerDep):
     (await broker.topic(topic)).check_partition(partition)
-    producer, batch = decode_batch(parse_json(await request.body()))
+    append_request = decode_append(parse_json(await request.body()))
     try:
-        pending = await broker.submit(topic, partition, batch, producer=producer, forward=False)
+        pending = await broker.submit(
+            topic,
+            partition,
+            list(append_request.records),
+            producer=append_request.producer,
+            transaction=append_request.transaction,
+            forward=False,
+        )
         ack = await pending
     except ProducerError as error:  # the sequence verdict travels back to the forwarding node
         body = {"producer_error": type(error).__name__, "message": str(error)}
         return JSONResponse(body, status_code=409)
-    return {"base_offset": ack.base_offset, "append_time_ms": ack.append_time_ms}
+    return {
+        "base_offset": ack.base_offset,
+        "append_time_ms": ack.append_time_ms,
+        "duplicate": ack.duplicate,
+    }
 
 
 @router.get(INTERNAL_GROUPS_PATH)
