@@ -362,14 +362,19 @@ class DeltaPartitionLog:
         # Row-group statistics skip the part of a large (optimized) file before `from_offset`.
         filters = [("offset", ">=", from_offset)] if data_file.min_offset < from_offset else None
         try:
-            table = pq.read_table(
-                path, filesystem=self._fs, columns=list(RECORD_COLUMNS), filters=filters
+            # The schema is given, not inferred: files rewritten by delta-rs store binary_view
+            # columns, which the offset filter cannot evaluate before a cast.
+            return pq.read_table(
+                path,
+                filesystem=self._fs,
+                columns=list(RECORD_COLUMNS),
+                filters=filters,
+                schema=_RECORDS_SCHEMA,
             )
         except OSError as error:
             raise StorageUnavailable(
                 f"Cannot read {self.table_uri}/{data_file.path}: {error}"
             ) from error
-        return table.cast(_RECORDS_SCHEMA)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """Kafka's ListOffsets by timestamp: the earliest offset whose record timestamp is at
