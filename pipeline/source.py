@@ -11,7 +11,8 @@ Options (Spark's Kafka source names): exactly one of `subscribe` (comma-separate
 `endingOffsetsByTimestamp` (epoch ms, taking precedence over the offsets options);
 `failOnDataLoss` (default true: a starting offset below a partition's log_start_offset is an
 error; false: read from log_start_offset); the storage root as `path` (or `.load(root)`).
-The schema is exactly Spark's Kafka source schema.
+The schema is exactly Spark's Kafka source schema. `spark.readStream.format("lakelog")` reads
+topics as streams with the same options and planning (pipeline/stream.py).
 
 How it reads: the driver resolves each topic partition's offset range and the Parquet files that
 hold it from the partition's Delta log (one snapshot each, so the read is repeatable), and cuts
@@ -31,14 +32,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.types import StructType
 
 from pipeline.read import EARLIEST, LATEST, kafka_schema, parse_offsets, resolve_range
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog
-from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.delta_log import DeltaPartitionLog, LogSnapshot
 from storage_layout.fs import filesystem
+from storage_layout.schema import FILE_SCHEMA, RECORD_COLUMNS
 
 SOURCE_NAME = "lakelog"
 RECORDS_PER_SPLIT = 1_000_000
@@ -80,6 +89,22 @@ class LakelogDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         return LakelogBatchReader(_lowercase(self.options))
 
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        # Imported here: pipeline.stream builds on this module's planning and reading helpers.
+        from pipeline.stream import LakelogStreamReader
+
+        return LakelogStreamReader(_lowercase(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from pipeline.write import LakelogWriter, WriteOptions
+
+        return LakelogWriter(WriteOptions.parse(self.options, schema, overwrite=overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from pipeline.write import LakelogStreamWriter, WriteOptions
+
+        return LakelogStreamWriter(WriteOptions.parse(self.options, schema, overwrite=overwrite))
+
 
 class LakelogBatchReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
@@ -116,19 +141,7 @@ class LakelogBatchReader(DataSourceReader):
         return splits
 
     def read(self, partition: OffsetSplit) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, OffsetSplit):
-            return  # no split at all (nothing in range): Spark still runs one empty task
-        fs, base = filesystem(partition.table_uri)
-        for piece in partition.files:
-            location = paths.join(base, piece.path) if base else piece.path
-            table = pq.read_table(
-                location,
-                filesystem=fs,
-                columns=["offset", "timestamp", "timestamp_type", "key", "value", "headers"],
-                filters=[("offset", ">=", piece.start), ("offset", "<", piece.end)],
-            )
-            if table.num_rows:
-                yield from _kafka_rows(table, partition, self._include_headers).to_batches()
+        return read_split(partition, include_headers=self._include_headers)
 
 
 # ---- planning (driver) ---------------------------------------------------------------------------
@@ -240,9 +253,28 @@ def _partition_splits(
             )
         start = low
     wanted = resolve_range(log, partition=partition, start=start, end=end, topic=topic)
-    first, last = wanted.start, wanted.end
+    return plan_splits(
+        log.snapshot,
+        topic=topic,
+        partition=partition,
+        table_uri=table_uri,
+        first=wanted.start,
+        last=wanted.end,
+    )
+
+
+def plan_splits(
+    snapshot: LogSnapshot, *, topic: str, partition: int, table_uri: str, first: int, last: int
+) -> list[OffsetSplit]:
+    """Input partitions for offsets [first, last) of one topic partition, from `snapshot`'s
+    files holding them, about RECORDS_PER_SPLIT offsets each (batch and stream reads).
+
+    The files of one snapshot never overlap in offsets and each slice is cut by offset, so every
+    offset in range is read exactly once, however compaction or file optimization rewrote the
+    files before; offsets a compacted topic no longer stores are simply not there.
+    """
     splits, files, records = [], [], 0
-    for data_file in log.snapshot.files:
+    for data_file in snapshot.files:
         if data_file.max_offset < first or data_file.min_offset >= last:
             continue
         piece = FileSlice(data_file.path, max(first, data_file.min_offset), last)
@@ -257,6 +289,31 @@ def _partition_splits(
 
 
 # ---- reading (executors) ---------------------------------------------------------------------
+
+
+_READ_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in RECORD_COLUMNS])
+
+
+def read_split(split: OffsetSplit, *, include_headers: bool) -> Iterator[pa.RecordBatch]:
+    """The records of `split` as Arrow batches in Spark's Kafka schema, read from its Parquet
+    files with pyarrow. Needs nothing but the split (no driver state), so it runs on executors.
+    """
+    if not isinstance(split, OffsetSplit):
+        return  # no split at all (nothing in range): Spark still runs one empty task
+    fs, base = filesystem(split.table_uri)
+    for piece in split.files:
+        location = paths.join(base, piece.path) if base else piece.path
+        table = pq.read_table(
+            location,
+            filesystem=fs,
+            columns=list(RECORD_COLUMNS),
+            filters=[("offset", ">=", piece.start), ("offset", "<", piece.end)],
+            # Files rewritten by delta-rs (DELETE, OPTIMIZE) store binary_view/string_view,
+            # which pyarrow cannot filter: the scan casts them to the table's types first.
+            schema=_READ_SCHEMA,
+        )
+        if table.num_rows:
+            yield from _kafka_rows(table, split, include_headers).to_batches()
 
 
 def _kafka_rows(table: pa.Table, split: OffsetSplit, include_headers: bool) -> pa.Table:

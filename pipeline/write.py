@@ -1,0 +1,398 @@
+"""Writes into topics: `df.write.format("lakelog")` and `df.writeStream.format("lakelog")`.
+
+    df.write.format("lakelog").option("topic", "orders").mode("append").save(root)
+
+Columns (Spark's Kafka sink): `value` (binary or string, required; NULL is a tombstone), `key`
+(binary or string), `headers` (array<struct<key string, value binary>>), `partition` (int),
+`topic` (string; the `topic` option wins over it), plus `timestamp` (the record's CreateTime;
+without it the append time). Every other column is an error, so a typo is not silently dropped.
+
+How a record is placed, as the gateway places it: the `partition` column if set, else Kafka's
+murmur2 of the key (the partition a Java producer would pick), else round-robin. Each Spark
+task collects its records per topic partition and hands them over in chunks of at most
+CHUNK_RECORDS records / CHUNK_BYTES bytes:
+
+* to the partition's leader when a live gateway leads it (FORMAT.md §7: every writer commits
+  as the leader or hands its change to it), over its internal append route, so the gateway's
+  own group commits are never raced;
+* else directly to the partition table with the offset compare-and-set (`append_once`).
+
+Either way each chunk's commit carries a Delta txn naming this writer, task and chunk, and a
+chunk whose txn the table already holds is skipped. So a retried task, a rerun micro-batch after
+a restart from the checkpoint, or a lost answer never duplicates records: exactly-once per
+micro-batch as long as a rerun batch hands each task the same rows in the same order (true for
+deterministic plans over replayable sources such as lakelog, Kafka or Delta). A batch write is
+exactly-once per task attempt; a job that fails and is run again writes again (as Kafka's sink).
+
+Txn app ids are `spark:<queryId>:<task>` for streams and `spark-write:<uuid>:<task>` for batch
+writes; each lives in the partition tables it wrote to (a few dozen bytes per task).
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import httpx
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from storage_layout import paths
+from storage_layout.append_wire import INTERNAL_APPEND_PATH, encode_append
+from storage_layout.catalog import TopicCatalog, TopicInfo
+from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.nodes import NodeRegistry
+from storage_layout.partitioner import partition_for_key
+from storage_layout.records import AppTransaction, NewRecord
+
+CHUNK_RECORDS = 10_000
+CHUNK_BYTES = 8 * 1024 * 1024
+# A micro-batch's chunk versions are batchId * CHUNKS_PER_BATCH + chunk index: they grow with
+# the batch id, so every chunk of a later batch is above every chunk of an earlier one.
+CHUNKS_PER_BATCH = 1 << 24
+LEADER_TIMEOUT_S = 60.0
+ROUTING_AUTO = "auto"  # through a live leader, else directly
+ROUTING_DIRECT = "direct"  # always directly to the table (the gateway catches up)
+# Set by Spark's MicroBatchExecution on every task of a micro-batch.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+_STRINGY = (BinaryType(), StringType())
+_HEADERS = ArrayType(
+    StructType().add("key", StringType()).add("value", BinaryType())
+)  # nullability of the elements is not checked, only the shape
+_COLUMN_TYPES: dict[str, tuple[DataType, ...]] = {
+    "value": _STRINGY,
+    "key": _STRINGY,
+    "topic": (StringType(),),
+    "partition": (IntegerType(),),
+    "headers": (_HEADERS,),
+    "timestamp": (TimestampType(),),
+}
+
+
+class WriteError(ValueError):
+    """A DataFrame that cannot be written into a topic (the message says what to change)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """What every task needs, pickled from the driver (nothing driver-local)."""
+
+    root: str
+    topic: str | None  # the `topic` option; None: the `topic` column decides per row
+    routing: str
+    columns: tuple[str, ...]
+    writer_id: str  # batch writes: unique per write; streams use the query id
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], schema: StructType, *, overwrite: bool):
+        lowered = {str(k).lower(): v for k, v in options.items()}
+        if overwrite:
+            raise WriteError(
+                "Topics are append-only logs: write with mode('append') (the default for "
+                "streams); retention and compaction remove records."
+            )
+        root = lowered.get("path") or lowered.get("root")
+        if not root:
+            raise WriteError("Give the lakelog storage root: .save(root) or .option('path', root).")
+        routing = lowered.get("leaderrouting", ROUTING_AUTO).lower()
+        if routing not in (ROUTING_AUTO, ROUTING_DIRECT):
+            raise WriteError(f"leaderRouting must be 'auto' or 'direct', not {routing!r}.")
+        check_columns(schema, topic_option=lowered.get("topic"))
+        return cls(
+            root=paths.normalize_root(root),
+            topic=lowered.get("topic"),
+            routing=routing,
+            columns=tuple(schema.fieldNames()),
+            writer_id=uuid.uuid4().hex,
+        )
+
+
+def check_columns(schema: StructType, *, topic_option: str | None) -> None:
+    """The DataFrame's columns are Spark's Kafka sink columns (+ timestamp), well typed."""
+    names = schema.fieldNames()
+    unknown = sorted(set(names) - set(_COLUMN_TYPES))
+    if unknown:
+        raise WriteError(
+            f"Columns {unknown} are not written into a topic: give only "
+            f"{sorted(_COLUMN_TYPES)} (select or drop the others)."
+        )
+    if "value" not in names:
+        raise WriteError("A 'value' column (binary or string) is required.")
+    if topic_option is None and "topic" not in names:
+        raise WriteError("Name the topic: .option('topic', name) or a 'topic' column.")
+    for field_ in schema.fields:
+        allowed = _COLUMN_TYPES[field_.name]
+        if not any(_same_shape(field_.dataType, t) for t in allowed):
+            wanted = " or ".join(t.simpleString() for t in allowed)
+            raise WriteError(
+                f"Column '{field_.name}' is {field_.dataType.simpleString()}; it must be "
+                f"{wanted} (cast it)."
+            )
+
+
+def _same_shape(actual: DataType, wanted: DataType) -> bool:
+    if isinstance(wanted, ArrayType):
+        if not isinstance(actual, ArrayType) or not isinstance(actual.elementType, StructType):
+            return False
+        fields = [(f.name, f.dataType) for f in actual.elementType.fields]
+        return fields == [(f.name, f.dataType) for f in wanted.elementType.fields]
+    return actual == wanted
+
+
+# ---- the Spark interfaces ------------------------------------------------------------------
+
+
+@dataclass
+class ChunkCounts(WriterCommitMessage):
+    """What one task wrote: records appended and skipped (already written), by partition."""
+
+    appended: dict[tuple[str, int], int] = field(default_factory=dict)
+    skipped: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+class LakelogWriter(DataSourceWriter):
+    """`df.write.format("lakelog")`: each task appends its rows (see the module doc)."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self._options = options
+
+    def write(self, rows: Iterator) -> ChunkCounts:
+        task = _task_number()
+        app_id = f"spark-write:{self._options.writer_id}:{task}"
+        return write_rows(rows, self._options, app_id=app_id, version_base=0, task=task)
+
+
+class LakelogStreamWriter(DataSourceStreamWriter):
+    """`df.writeStream.format("lakelog")`: like a batch write, with txns per micro-batch so a
+    batch rerun after a restart from the checkpoint appends nothing twice."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self._options = options
+
+    def write(self, rows: Iterator) -> ChunkCounts:
+        context = TaskContext.get()
+        query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
+        batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
+        if query_id is None or batch_id is None:
+            raise RuntimeError(
+                "No streaming query id / batch id in the task's properties: this Spark "
+                "version does not set them, so writes cannot be made idempotent."
+            )
+        task = context.partitionId()
+        return write_rows(
+            rows,
+            self._options,
+            app_id=f"spark:{query_id}:{task}",
+            version_base=int(batch_id) * CHUNKS_PER_BATCH,
+            task=task,
+        )
+
+    def commit(self, messages, batchId: int) -> None:  # noqa: N803 (Spark's name)
+        """Nothing left to do: each task's chunks are committed with their txns."""
+
+    def abort(self, messages, batchId: int) -> None:  # noqa: N803
+        """Committed chunks stay; the rerun of this batch skips them by their txns."""
+
+
+def _task_number() -> int:
+    context = TaskContext.get()
+    return 0 if context is None else context.partitionId()
+
+
+# ---- the executor side ---------------------------------------------------------------------
+
+
+def write_rows(
+    rows: Iterable, options: WriteOptions, *, app_id: str, version_base: int, task: int
+) -> ChunkCounts:
+    """Place each row, buffer per topic partition, hand over full chunks, then the rest."""
+    sink = _ChunkSink(options, app_id=app_id, version_base=version_base)
+    topics = _Topics(options.root)
+    round_robin = itertools.count(task)  # tasks start at different partitions
+    for row in rows:
+        record, topic_name, explicit = _record_from_row(row, options)
+        topic = topics.get(topic_name)
+        _check_size(record, topic)
+        partition = _place(record.key, explicit, topic, round_robin)
+        sink.add(topic, partition, record)
+    sink.flush_all()
+    return sink.counts
+
+
+def _record_from_row(row, options: WriteOptions) -> tuple[NewRecord, str, int | None]:
+    get = row.asDict() if hasattr(row, "asDict") else row
+    topic = options.topic or get.get("topic")
+    if not topic:
+        raise WriteError("A row has no topic: its 'topic' column is NULL and no topic option.")
+    timestamp = get.get("timestamp")
+    record = NewRecord(
+        key=_as_bytes(get.get("key")),
+        value=_as_bytes(get.get("value")),
+        timestamp_ms=None if timestamp is None else _epoch_ms(timestamp),
+        headers=tuple((h["key"], _as_bytes(h["value"])) for h in get.get("headers") or ()),
+    )
+    return record, topic, get.get("partition")
+
+
+def _as_bytes(data) -> bytes | None:
+    if data is None or isinstance(data, bytes):
+        return data
+    if isinstance(data, str):
+        return data.encode()
+    return bytes(data)  # bytearray from Spark's row conversion
+
+
+def _epoch_ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def _check_size(record: NewRecord, topic: TopicInfo) -> None:
+    size = record.size_bytes()
+    limit = topic.config.max_message_bytes
+    if size > limit:
+        raise WriteError(
+            f"A record of {size} bytes exceeds max.message.bytes {limit} of topic "
+            f"'{topic.name}': split the value or raise the topic's max.message.bytes."
+        )
+
+
+def _place(key: bytes | None, explicit: int | None, topic: TopicInfo, round_robin) -> int:
+    if explicit is not None:
+        if not 0 <= explicit < topic.partitions:
+            raise WriteError(
+                f"Partition {explicit} does not exist: topic '{topic.name}' has partitions "
+                f"0..{topic.partitions - 1}."
+            )
+        return explicit
+    if key is not None:
+        return partition_for_key(key, topic.partitions)
+    return next(round_robin) % topic.partitions
+
+
+class _Topics:
+    """The catalog, read once per task and again only for a topic it does not know."""
+
+    def __init__(self, root: str) -> None:
+        self._catalog = TopicCatalog(root)
+        self._known: dict[str, TopicInfo] = {}
+
+    def get(self, name: str) -> TopicInfo:
+        if name not in self._known:
+            self._known = self._catalog.topics()
+            if name not in self._known:
+                self._catalog.topic(name)  # raises TopicNotFound naming it
+        return self._known[name]
+
+
+class _ChunkSink:
+    """Buffers records per topic partition; each full buffer is one chunk, one commit."""
+
+    def __init__(self, options: WriteOptions, *, app_id: str, version_base: int) -> None:
+        self._options = options
+        self._app_id = app_id
+        self._version_base = version_base
+        self._buffers: dict[tuple[str, int], list[NewRecord]] = {}
+        self._sizes: dict[tuple[str, int], int] = {}
+        self._chunks: dict[tuple[str, int], int] = {}
+        self._topics: dict[str, TopicInfo] = {}
+        self._appender = _Appender(options)
+        self.counts = ChunkCounts()
+
+    def add(self, topic: TopicInfo, partition: int, record: NewRecord) -> None:
+        where = (topic.name, partition)
+        self._topics[topic.name] = topic
+        buffer = self._buffers.setdefault(where, [])
+        buffer.append(record)
+        self._sizes[where] = self._sizes.get(where, 0) + record.size_bytes()
+        if len(buffer) >= CHUNK_RECORDS or self._sizes[where] >= CHUNK_BYTES:
+            self._flush(where)
+
+    def flush_all(self) -> None:
+        for where in list(self._buffers):
+            self._flush(where)
+        self._appender.close()
+
+    def _flush(self, where: tuple[str, int]) -> None:
+        records = self._buffers.pop(where, [])
+        self._sizes.pop(where, None)
+        if not records:
+            return
+        chunk = self._chunks.get(where, 0)
+        self._chunks[where] = chunk + 1
+        if chunk >= CHUNKS_PER_BATCH:
+            raise WriteError("A task wrote more chunks to one partition than a batch allows.")
+        txn = AppTransaction(self._app_id, self._version_base + chunk)
+        topic, partition = where
+        appended = self._appender.append(self._topics[topic], partition, records, txn)
+        counts = self.counts.appended if appended else self.counts.skipped
+        counts[where] = counts.get(where, 0) + len(records)
+
+
+class _Appender:
+    """Hands a chunk to the partition's live leader, else appends it to the table."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self._options = options
+        self._logs: dict[tuple[str, int], DeltaPartitionLog] = {}
+        self._http: httpx.Client | None = None
+        self._node_urls: dict[int, str] | None = None
+
+    def append(
+        self, topic: TopicInfo, partition: int, records: list[NewRecord], txn: AppTransaction
+    ) -> bool:
+        """True if appended, False if the table already held `txn`."""
+        log = self._log(topic.name, partition)
+        if self._options.routing == ROUTING_AUTO:
+            handed = self._through_leader(log, topic.name, partition, records, txn)
+            if handed is not None:
+                return handed
+        return log.append_once(records, config=topic.config, transaction=txn) is not None
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+
+    def _log(self, topic: str, partition: int) -> DeltaPartitionLog:
+        where = (topic, partition)
+        if where not in self._logs:
+            uri = paths.partition_table_uri(self._options.root, topic, partition)
+            self._logs[where] = DeltaPartitionLog.open(uri)
+        return self._logs[where]
+
+    def _through_leader(self, log, topic, partition, records, txn) -> bool | None:
+        """The leader's verdict, or None when no live leader took the chunk (append
+        directly: the offset CAS keeps that safe, and the leader catches up)."""
+        leader = log.leader()
+        url = None if leader is None else self._urls().get(leader.node_id)
+        if url is None:
+            return None
+        if self._http is None:
+            self._http = httpx.Client(timeout=httpx.Timeout(LEADER_TIMEOUT_S, connect=5.0))
+        path = INTERNAL_APPEND_PATH.format(topic=topic, partition=partition)
+        try:
+            answer = self._http.post(url + path, json=encode_append(records, transaction=txn))
+        except httpx.HTTPError:
+            return None  # no gateway there any more
+        if answer.status_code != 200:
+            return None  # not the leader (any more), or shutting down
+        return not answer.json()["duplicate"]
+
+    def _urls(self) -> dict[int, str]:
+        if self._node_urls is None:
+            records = NodeRegistry(self._options.root).read_all()
+            self._node_urls = {node_id: record.url for node_id, record in records.items()}
+        return self._node_urls
