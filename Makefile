@@ -16,7 +16,9 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# compat: the project root goes on sys.path, so Spark's lookup of `pyspark_*` modules finds
+	# pyspark_lakelog (format("lakelog") with no registration call), as with an installed wheel.
+	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
 	$(BIN)/python -m pipeline.spark
 	touch $(STAMP)
 
