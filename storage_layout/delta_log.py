@@ -846,6 +846,114 @@ class DeltaPartitionLog:
 
     # ---- small-file compaction ----------------------------------------------------------------
 
+    # ---- maintenance (retention, key compaction, file optimization) -------------------------
+
+    def commit_maintenance(
+        self,
+        *,
+        removes: Sequence[DataFile],
+        replacements: Sequence[tuple[int, pa.Table]] = (),
+        operation: str,
+        data_change: bool,
+        transaction: AppTransaction | None = None,
+    ) -> bool:
+        """Replace the files `removes` by `replacements` ((segment, records with every file
+        column), one new file each) in one commit after the loaded snapshot.
+
+        Appends go on meanwhile: the commit steps over commits that leave `removes` in place
+        (maintenance never touches the active segment, where appends go). `data_change` says
+        whether records go (retention, key compaction) or only move (file merges). The
+        snapshot is reloaded afterwards.
+
+        Returns:
+            False, with nothing committed, when a commit in between removed one of the files
+            or carried `transaction` (another job did the work first): plan again.
+        """
+        now_ms = int(time.time() * 1000)
+        written = [
+            self._write_data_file(table, segment, now_ms, data_change=data_change)
+            for segment, table in replacements
+            if table.num_rows  # a segment whose records all go leaves no file
+        ]
+        if self._direct:
+            committed = self._commit_maintenance_direct(
+                removes, written, operation, data_change, transaction, now_ms
+            )
+        else:
+            committed = self._commit_maintenance_delta_rs(
+                removes, written, data_change, transaction
+            )
+        if not committed:
+            for data_file, _ in written:
+                self._fs.delete_file(paths.join(self._fs_base, data_file.path))
+        self.reload()
+        return committed
+
+    def _commit_maintenance_direct(
+        self, removes, written, operation: str, data_change: bool, transaction, now_ms: int
+    ) -> bool:
+        payload = log_commit.maintenance_commit(
+            adds=[
+                log_commit.add_action(
+                    add.path,
+                    data_file.segment,
+                    add.size,
+                    add.modification_time,
+                    add.stats,
+                    data_change=data_change,
+                )
+                for data_file, add in written
+            ],
+            removes=[
+                log_commit.remove_action(
+                    f.path, f.segment, f.size_bytes, now_ms, data_change=data_change
+                )
+                for f in removes
+            ],
+            timestamp_ms=now_ms,
+            operation=operation,
+            parameters={"files": str(len(removes))},
+            transactions=[] if transaction is None else [(transaction.app_id, transaction.version)],
+        )
+        removed = {f.path for f in removes}
+        app_ids = () if transaction is None else (transaction.app_id,)
+        version = self._snapshot.table_version + 1
+        try:
+            while not log_commit.put_if_absent(self._log_dir, version, payload):
+                winner = log_commit.read_commit(self._log_dir, version)
+                if winner is None or not log_commit.keeps_files(winner, removed, app_ids):
+                    return False
+                version += 1
+        except OSError as error:
+            raise StorageUnavailable(f"Commit to {self.table_uri} failed: {error}") from error
+        return True
+
+    def _commit_maintenance_delta_rs(self, removes, written, data_change, transaction) -> bool:
+        txns = (
+            None if transaction is None else [Transaction(transaction.app_id, transaction.version)]
+        )
+        try:
+            self._dt.create_write_transaction(
+                [*(_remove_action(f, data_change) for f in removes), *(a for _, a in written)],
+                mode="append",
+                schema=PARTITION_SCHEMA,
+                partition_by=[PARTITION_COLUMN],
+                commit_properties=CommitProperties(app_transactions=txns),
+                post_commithook_properties=COMMIT_HOOKS,
+            )
+        except CommitFailedError:
+            return False
+        except (OSError, DeltaError) as error:
+            raise StorageUnavailable(f"Commit to {self.table_uri} failed: {error}") from error
+        return True
+
+    def read_files(self, files: Sequence[DataFile]) -> pa.Table:
+        """Every column of `files` (FILE_SCHEMA), in the order given."""
+        if not files:
+            return FILE_SCHEMA.empty_table()
+        # Files rewritten by other engines may store view types: one schema for all.
+        return pa.concat_tables([self._read_whole_file(f).cast(FILE_SCHEMA) for f in files])
+
     def maybe_compact_files(self) -> int:
         """Housekeeping's small-file compaction, run on this log's own table and snapshot
         (for tools and tests that drive a log directly, between their appends). Not safe
@@ -1248,10 +1356,10 @@ def _small_file_runs(files: tuple[DataFile, ...]) -> list[list[DataFile]]:
     return [run for run in runs if run]
 
 
-def _remove_action(data_file: DataFile) -> RemoveAction:
+def _remove_action(data_file: DataFile, data_change: bool = False) -> RemoveAction:
     return RemoveAction(
         data_file.path,
-        False,
+        data_change,
         int(time.time() * 1000),
         data_file.size_bytes,
         {PARTITION_COLUMN: str(data_file.segment)},

@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,12 +68,15 @@ def add_action(
     }
 
 
-def remove_action(path: str, segment: int, size_bytes: int, deletion_ms: int) -> dict[str, Any]:
-    """A Delta `remove` action of a rewritten file (its records live on in the new file)."""
+def remove_action(
+    path: str, segment: int, size_bytes: int, deletion_ms: int, *, data_change: bool = False
+) -> dict[str, Any]:
+    """A Delta `remove` action: of a rewritten file (its records live on in the new file), or
+    with `data_change` of a file whose records go (retention, key compaction)."""
     return {
         "path": path,
         "deletionTimestamp": deletion_ms,
-        "dataChange": False,
+        "dataChange": data_change,
         "extendedFileMetadata": True,
         "partitionValues": {"segment": str(segment)},
         "size": size_bytes,
@@ -96,13 +100,34 @@ def append_commit(
 
 def rewrite_commit(add: dict[str, Any], removes: list[dict[str, Any]], timestamp_ms: int) -> bytes:
     """The JSON of a compaction: the merged file replaces `removes`, no record changes."""
+    return maintenance_commit(
+        adds=[add],
+        removes=removes,
+        timestamp_ms=timestamp_ms,
+        operation="OPTIMIZE",
+        parameters={"targetSize": "small-file merge"},
+    )
+
+
+def maintenance_commit(
+    *,
+    adds: list[dict[str, Any]],
+    removes: list[dict[str, Any]],
+    timestamp_ms: int,
+    operation: str,
+    parameters: dict[str, str],
+    transactions: list[tuple[str, int]] = (),
+) -> bytes:
+    """The JSON of a maintenance change (retention delete, key compaction, file merge)."""
     commit_info = {
         "timestamp": timestamp_ms,
-        "operation": "OPTIMIZE",
-        "operationParameters": {"targetSize": "small-file merge"},
+        "operation": operation,
+        "operationParameters": parameters,
         "engineInfo": ENGINE_INFO,
     }
-    actions = [{"commitInfo": commit_info}, *({"remove": r} for r in removes), {"add": add}]
+    actions = [{"commitInfo": commit_info}, *({"remove": r} for r in removes)]
+    actions += [{"add": a} for a in adds]
+    actions += [{"txn": {"appId": app_id, "version": v}} for app_id, v in transactions]
     return _ndjson(actions)
 
 
@@ -183,10 +208,20 @@ def leaves_files(actions: list[dict[str, Any]], paths: set[str], leader: int | N
     committed after it; a deposed leader's housekeeping must not)."""
     for action in actions:
         ((kind, body),) = action.items()
+        if kind == "txn" and body.get("appId") == "leader" and body.get("version") != leader:
+            return False
+    return keeps_files(actions, paths, ())
+
+
+def keeps_files(actions: list[dict[str, Any]], paths: set[str], app_ids: Sequence[str]) -> bool:
+    """Whether a commit leaves all of `paths` in place, the metadata as it was, and none of
+    the txns `app_ids` (a maintenance change of those files can then be committed after it)."""
+    for action in actions:
+        ((kind, body),) = action.items()
         if kind in ("metaData", "protocol"):
             return False
         if kind == "remove" and body["path"] in paths:
             return False
-        if kind == "txn" and body.get("appId") == "leader" and body.get("version") != leader:
+        if kind == "txn" and body.get("appId") in app_ids:
             return False
     return True
