@@ -62,6 +62,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_produce(commands)
     _add_consume(commands)
     _add_groups(commands)
+    _add_jobs(commands)
     return parser
 
 
@@ -715,3 +716,38 @@ def _print_table(headers: tuple, rows: list[tuple]) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---- jobs ----------------------------------------------------------------------------------
+
+
+def _add_jobs(commands) -> None:
+    # Imported here: the jobs package is only needed by this command.
+    from jobs.runner import ENGINE_LOCAL, JOBS, add_arguments
+
+    jobs = commands.add_parser("jobs", help="retention, key compaction, file optimization, vacuum")
+    actions = jobs.add_subparsers(dest="action", metavar="ACTION", required=True)
+    run = actions.add_parser("run", help="run one job now, print its plan and a summary")
+    run.add_argument("job", choices=JOBS)
+    add_arguments(run, default_engine=ENGINE_LOCAL)
+    run.set_defaults(handler=_jobs_run)
+    schedule = actions.add_parser("schedule", help="run every job on its interval until Ctrl-C")
+    add_arguments(schedule, default_engine=ENGINE_LOCAL)
+    schedule.set_defaults(handler=_jobs_schedule)
+
+
+def _jobs_run(args: argparse.Namespace) -> int:
+    from jobs.runner import run_from_args
+
+    return run_from_args(args.job, args)
+
+
+def _jobs_schedule(args: argparse.Namespace) -> int:
+    import threading
+
+    from conf.settings import load_settings
+    from jobs.runner import request_from
+    from jobs.schedule import run_schedule
+
+    run_schedule(load_settings(), request_from("retention", args), stop=threading.Event())
+    return EXIT_OK

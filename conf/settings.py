@@ -67,6 +67,14 @@ class Settings(BaseSettings):
     # commit, before answering the requests in it (tests of retries after a crash).
     fault_point: str | None = None
 
+    # Maintenance jobs (`lakelog jobs schedule`): how often each runs (Kafka's
+    # log.retention.check.interval.ms is 5 min), and what vacuum keeps (Delta's 7 days).
+    retention_interval_ms: int = Field(default=300_000, gt=0)
+    compact_keys_interval_ms: int = Field(default=300_000, gt=0)
+    optimize_files_interval_ms: int = Field(default=3_600_000, gt=0)
+    vacuum_interval_ms: int = Field(default=86_400_000, gt=0)
+    vacuum_retention_ms: int = Field(default=7 * 86_400_000, gt=0)
+
     # Spark (local runs; on Databricks the cluster's session is used).
     spark_master: str = "local[2]"
     spark_shuffle_partitions: int = 4

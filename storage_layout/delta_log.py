@@ -13,6 +13,7 @@ threads may call `read`, `bounds` and `snapshot` concurrently: they read an immu
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import os
 import time
@@ -51,6 +52,7 @@ from storage_layout.schema import (
     FILE_SCHEMA,
     LEADER_APP_ID,
     LOG_APP_ID,
+    LOG_START_APP_ID,
     NODE_IDS,
     PARTITION_COLUMN,
     PARTITION_SCHEMA,
@@ -71,6 +73,7 @@ TABLE_CONFIGURATION = {
 # snapshot; the failed attempt committed nothing, so offsets may be assigned again.
 APPEND_ATTEMPTS_MAX = 3
 APPEND_ONCE_ATTEMPTS_MAX = 20
+RESERVED_APP_IDS = (LOG_APP_ID, LEADER_APP_ID, LOG_START_APP_ID)
 TAIL_COMMITS_MAX = 256
 CHECKPOINT_INTERVAL = int(TABLE_CONFIGURATION["delta.checkpointInterval"])
 # delta-rs checks for expired log files after every commit by listing all of `_delta_log`,
@@ -141,11 +144,18 @@ class LogSnapshot:
     high_watermark: int
     files: tuple[DataFile, ...]
     tail: tuple[TailChunk, ...] = ()
+    # The `log_start` txn (set by retention), or None: then the first stored offset.
+    start_offset: int | None = None
 
     @property
     def log_start_offset(self) -> int:
-        """First offset still stored; equals the high watermark when nothing is stored."""
-        return self.files[0].min_offset if self.files else self.high_watermark
+        """Where the log starts: retention's `log_start` txn if any, else the first offset
+        still stored; the high watermark when nothing is stored. Offsets between it and the
+        first stored offset were compacted away: reads skip them (Kafka's gaps)."""
+        stored = self.files[0].min_offset if self.files else self.high_watermark
+        if self.start_offset is None:
+            return stored
+        return min(self.start_offset, stored)
 
     @property
     def active_segment(self) -> int | None:
@@ -470,7 +480,7 @@ class DeltaPartitionLog:
         """
         if not records:
             raise ValueError("append needs at least one record")
-        if transaction is not None and transaction.app_id in (LOG_APP_ID, LEADER_APP_ID):
+        if transaction is not None and transaction.app_id in RESERVED_APP_IDS:
             raise ValueError(f"txn app id {transaction.app_id!r} is reserved by the log")
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         for attempt in range(APPEND_ATTEMPTS_MAX):
@@ -669,7 +679,8 @@ class DeltaPartitionLog:
 
     def _advance(self, before: LogSnapshot, data_file: DataFile, table: pa.Table) -> None:
         """The snapshot after our own direct commit: one more version, file and tail chunk."""
-        self._snapshot = LogSnapshot(
+        self._snapshot = dataclasses.replace(
+            before,
             table_version=before.table_version + 1,
             high_watermark=data_file.max_offset + 1,
             files=(*before.files, data_file),
@@ -687,11 +698,10 @@ class DeltaPartitionLog:
             # Other commits landed too (housekeeping rewrote files; appends of others would
             # have failed our CAS): re-read the file index; the records are unchanged.
             rebuilt = _load_snapshot(self._dt, self._fenced)
-            self._snapshot = LogSnapshot(
-                rebuilt.table_version, rebuilt.high_watermark, rebuilt.files, tail
-            )
+            self._snapshot = dataclasses.replace(rebuilt, tail=tail)
             return
-        self._snapshot = LogSnapshot(
+        self._snapshot = dataclasses.replace(
+            before,
             table_version=before.table_version + 1,
             high_watermark=data_file.max_offset + 1,
             files=(*before.files, data_file),
@@ -855,7 +865,7 @@ class DeltaPartitionLog:
         replacements: Sequence[tuple[int, pa.Table]] = (),
         operation: str,
         data_change: bool,
-        transaction: AppTransaction | None = None,
+        transactions: Sequence[AppTransaction] = (),
     ) -> bool:
         """Replace the files `removes` by `replacements` ((segment, records with every file
         column), one new file each) in one commit after the loaded snapshot.
@@ -867,7 +877,8 @@ class DeltaPartitionLog:
 
         Returns:
             False, with nothing committed, when a commit in between removed one of the files
-            or carried `transaction` (another job did the work first): plan again.
+            or carried one of `transactions`' app ids (another job did the work first): plan
+            again.
         """
         now_ms = int(time.time() * 1000)
         written = [
@@ -877,11 +888,11 @@ class DeltaPartitionLog:
         ]
         if self._direct:
             committed = self._commit_maintenance_direct(
-                removes, written, operation, data_change, transaction, now_ms
+                removes, written, operation, data_change, transactions, now_ms
             )
         else:
             committed = self._commit_maintenance_delta_rs(
-                removes, written, data_change, transaction
+                removes, written, data_change, transactions
             )
         if not committed:
             for data_file, _ in written:
@@ -890,7 +901,7 @@ class DeltaPartitionLog:
         return committed
 
     def _commit_maintenance_direct(
-        self, removes, written, operation: str, data_change: bool, transaction, now_ms: int
+        self, removes, written, operation: str, data_change: bool, transactions, now_ms: int
     ) -> bool:
         payload = log_commit.maintenance_commit(
             adds=[
@@ -913,10 +924,10 @@ class DeltaPartitionLog:
             timestamp_ms=now_ms,
             operation=operation,
             parameters={"files": str(len(removes))},
-            transactions=[] if transaction is None else [(transaction.app_id, transaction.version)],
+            transactions=[(t.app_id, t.version) for t in transactions],
         )
         removed = {f.path for f in removes}
-        app_ids = () if transaction is None else (transaction.app_id,)
+        app_ids = tuple(t.app_id for t in transactions)
         version = self._snapshot.table_version + 1
         try:
             while not log_commit.put_if_absent(self._log_dir, version, payload):
@@ -928,10 +939,8 @@ class DeltaPartitionLog:
             raise StorageUnavailable(f"Commit to {self.table_uri} failed: {error}") from error
         return True
 
-    def _commit_maintenance_delta_rs(self, removes, written, data_change, transaction) -> bool:
-        txns = (
-            None if transaction is None else [Transaction(transaction.app_id, transaction.version)]
-        )
+    def _commit_maintenance_delta_rs(self, removes, written, data_change, transactions) -> bool:
+        txns = [Transaction(t.app_id, t.version) for t in transactions] or None
         try:
             self._dt.create_write_transaction(
                 [*(_remove_action(f, data_change) for f in removes), *(a for _, a in written)],
@@ -975,9 +984,7 @@ class DeltaPartitionLog:
         if merged:
             tail = self._snapshot.tail
             rebuilt = _load_snapshot(self._dt, self._fenced)
-            self._snapshot = LogSnapshot(
-                rebuilt.table_version, rebuilt.high_watermark, rebuilt.files, tail
-            )
+            self._snapshot = dataclasses.replace(rebuilt, tail=tail)
         return merged
 
     def _read_whole_file(self, data_file: DataFile) -> pa.Table:
@@ -1182,7 +1189,8 @@ def _load_snapshot(dt: DeltaTable, fenced: bool = True) -> LogSnapshot:
             f"{dt.table_uri}: stores offset {files[-1].max_offset} but its offset txn says the "
             f"high watermark is {high_watermark}."
         )
-    return LogSnapshot(dt.version(), high_watermark, tuple(files))
+    start = dt.transaction_version(LOG_START_APP_ID)
+    return LogSnapshot(dt.version(), high_watermark, tuple(files), start_offset=start)
 
 
 def _sorted_files(dt: DeltaTable) -> list[DataFile]:
@@ -1264,7 +1272,7 @@ def _rearranged(snapshot: LogSnapshot, version: int, change: log_commit.Rearrang
     for previous, current in zip(files, files[1:], strict=False):
         if current.min_offset <= previous.max_offset:
             raise _VersionTaken(version)
-    return LogSnapshot(version, snapshot.high_watermark, tuple(files), snapshot.tail)
+    return dataclasses.replace(snapshot, table_version=version, files=tuple(files))
 
 
 def _data_file_from_add(add: dict) -> DataFile:

@@ -20,6 +20,9 @@ PARTITION_COLUMN = "segment"
 LOG_APP_ID = "log"  # txn app id whose version is the last assigned offset (the offset CAS)
 # txn app id whose version names the partition's leader: epoch * NODE_IDS + node_id.
 LEADER_APP_ID = "leader"
+# txn app id whose version is the log start offset set by retention (FORMAT.md §3): key
+# compaction may empty the first segment without moving the log start.
+LOG_START_APP_ID = "log_start"
 NODE_IDS = 1 << 16
 
 PARTITION_SCHEMA = pa.schema(

@@ -79,13 +79,13 @@ def test_a_maintenance_txn_is_committed_once(uri):
     first, second = DeltaPartitionLog.open(uri), DeltaPartitionLog.open(uri)
     txn = AppTransaction("compaction", 4)
     assert first.commit_maintenance(
-        removes=[], operation="COMPACT", data_change=True, transaction=txn
+        removes=[], operation="COMPACT", data_change=True, transactions=[txn]
     )
     assert first.app_version("compaction") == 4
     assert not second.commit_maintenance(
         removes=second.snapshot.segment_files(0),
         operation="COMPACT",
         data_change=True,
-        transaction=txn,
+        transactions=[txn],
     )
     assert len(offsets_and_values(uri)) == 6  # the loser removed nothing

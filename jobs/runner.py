@@ -1,0 +1,217 @@
+"""Running a maintenance job over topic partitions, with Spark or in this process.
+
+    python -m jobs.retention --data-dir s3://bucket/lakelog [--topic orders] [--dry-run]
+    lakelog jobs run retention|compact-keys|optimize-files|vacuum [--topic T] [--dry-run]
+    lakelog jobs schedule        # every job on its interval (LAKELOG_*_INTERVAL_MS)
+
+With `--engine spark` (the default for `python -m jobs.*`, as on Databricks) each topic
+partition is one Spark task running the executor (jobs/execute.py) where the data is; with
+`--engine local` (the default of `lakelog jobs`, no JVM to start) they run here, one after the
+other. Either way the driver prints the plan of each partition as it finishes ("[3/12] ..."),
+then a summary; a rerun after a crash finishes the work (every step is planned again from the
+tables). Exit codes: 0 done (or nothing to do), 1 some partitions failed (the others are done),
+2 bad arguments or an unknown topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+
+from conf.settings import Settings, load_settings
+from jobs import execute
+from jobs.execute import Outcome, Unit
+from storage_layout import paths
+from storage_layout.catalog import TopicCatalog
+from storage_layout.errors import TopicNotFound
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+ENGINE_SPARK, ENGINE_LOCAL = "spark", "local"
+JOBS = ("retention", "compact-keys", "optimize-files", "vacuum")
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    job: str
+    root: str
+    topics: tuple[str, ...] = ()  # empty: every topic
+    dry_run: bool = False
+    engine: str = ENGINE_LOCAL
+    vacuum_retention_ms: int = 7 * 24 * 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    job: str
+    partitions: int
+    failed: int
+    segments: int
+    bytes_removed: int
+    records_removed: int
+    records_kept: int
+    files_deleted: int
+    elapsed_ms: int
+
+    def line(self) -> str:
+        return (
+            f"{self.job}: {self.partitions} partitions, {self.segments} segments, "
+            f"{_size(self.bytes_removed)} and {self.records_removed} records removed, "
+            f"{self.records_kept} records kept, {self.files_deleted} files vacuumed, "
+            f"{self.failed} failed, {self.elapsed_ms / 1000:.1f} s"
+        )
+
+
+def run_job(request: JobRequest, *, out: Callable[[str], None] = print) -> Summary:
+    """Plan and execute `request` on every selected partition; print progress and the plan.
+
+    Raises:
+        TopicNotFound: a topic named in the request does not exist.
+    """
+    started = time.monotonic()
+    units = partitions_of(request.root, request.topics)
+    mode = f"{request.engine}, dry run" if request.dry_run else request.engine
+    out(f"{request.job}: {len(units)} partitions ({mode})")
+    outcomes = []
+    for count, outcome in enumerate(_execute_all(request, units), start=1):
+        outcomes.append(outcome)
+        progress = f"[{count}/{len(units)}]"
+        for line in outcome.lines:
+            out(f"{progress} {line}")
+        if outcome.error:
+            out(f"{progress} {outcome.topic}-{outcome.partition}: FAILED: {outcome.error}")
+        elif outcome.committed:
+            out(f"{progress} {outcome.topic}-{outcome.partition}: done in {outcome.elapsed_ms} ms")
+    summary = summarize(request.job, outcomes, started)
+    out(summary.line())
+    return summary
+
+
+def partitions_of(root: str, topics: Iterable[str]) -> list[Unit]:
+    catalog = TopicCatalog(root)
+    known = catalog.topics()
+    names = list(topics) or sorted(known)
+    for name in names:
+        if name not in known:
+            raise TopicNotFound(name)
+    return [Unit(root, name, p) for name in names for p in range(known[name].partitions)]
+
+
+def _execute_all(request: JobRequest, units: list[Unit]) -> Iterator[Outcome]:
+    task = functools.partial(
+        execute_unit,
+        request.job,
+        now_ms=int(time.time() * 1000),  # one clock for the whole run, read on the driver
+        dry_run=request.dry_run,
+        vacuum_retention_ms=request.vacuum_retention_ms,
+    )
+    if request.engine == ENGINE_LOCAL or not units:
+        return map(task, units)
+    spark = _spark_session()
+    # One task per partition; toLocalIterator hands results back as tasks finish, in order.
+    return spark.sparkContext.parallelize(units, len(units)).map(task).toLocalIterator()
+
+
+def execute_unit(
+    job: str, unit: Unit, *, now_ms: int, dry_run: bool, vacuum_retention_ms: int
+) -> Outcome:
+    """Run `job` on one partition; a failure becomes the outcome (the others go on)."""
+    try:
+        if job == "retention":
+            return execute.run_retention(unit, now_ms=now_ms, dry_run=dry_run)
+        if job == "compact-keys":
+            return execute.run_compact_keys(unit, now_ms=now_ms, dry_run=dry_run)
+        if job == "optimize-files":
+            return execute.run_optimize_files(unit, now_ms=now_ms, dry_run=dry_run)
+        return execute.run_vacuum(unit, retention_ms=vacuum_retention_ms, dry_run=dry_run)
+    except Exception as error:  # reported per partition; the job's exit code says it failed
+        failed = Outcome(job=job, topic=unit.topic, partition=unit.partition, lines=())
+        return replace(failed, error=f"{type(error).__name__}: {error}")
+
+
+def summarize(job: str, outcomes: list[Outcome], started: float) -> Summary:
+    return Summary(
+        job=job,
+        partitions=len(outcomes),
+        failed=sum(1 for o in outcomes if o.error),
+        segments=sum(o.segments for o in outcomes),
+        bytes_removed=sum(o.bytes_removed for o in outcomes),
+        records_removed=sum(o.records_removed for o in outcomes),
+        records_kept=sum(o.records_kept for o in outcomes),
+        files_deleted=sum(o.files_deleted for o in outcomes),
+        elapsed_ms=int((time.monotonic() - started) * 1000),
+    )
+
+
+def _spark_session():
+    # Imported here: the local engine (and `lakelog jobs`) never needs a JVM.
+    from pyspark.sql import SparkSession
+
+    from pipeline.spark import build_spark_session
+
+    return SparkSession.getActiveSession() or build_spark_session(load_settings())
+
+
+def _size(size_bytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:.1f} {unit}"
+    return f"{size_bytes} B"
+
+
+# ---- command line --------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, default_engine: str) -> None:
+    settings = Settings()
+    parser.add_argument(
+        "--data-dir",
+        default=settings.data_dir,
+        help="storage root (default: $LAKELOG_DATA_DIR or %(default)s)",
+    )
+    parser.add_argument(
+        "--topic", action="append", default=[], help="only this topic (repeatable; default: all)"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    parser.add_argument(
+        "--engine",
+        choices=(ENGINE_SPARK, ENGINE_LOCAL),
+        default=default_engine,
+        help="run partitions as Spark tasks or in this process (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--retention-ms",
+        type=int,
+        default=settings.vacuum_retention_ms,
+        help="vacuum: delete files removed longer ago than this (default: %(default)s)",
+    )
+
+
+def request_from(job: str, args: argparse.Namespace) -> JobRequest:
+    return JobRequest(
+        job=job,
+        root=paths.normalize_root(args.data_dir),
+        topics=tuple(args.topic),
+        dry_run=args.dry_run,
+        engine=args.engine,
+        vacuum_retention_ms=args.retention_ms,
+    )
+
+
+def run_from_args(job: str, args: argparse.Namespace) -> int:
+    try:
+        summary = run_job(request_from(job, args))
+    except (TopicNotFound, ValueError) as error:
+        print(f"{job}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_FAILED if summary.failed else EXIT_OK
+
+
+def main_for(job: str, argv: list[str] | None = None) -> int:
+    """`python -m jobs.<name>` and the wheel's `lakelog-<name>` entry points (Databricks)."""
+    parser = argparse.ArgumentParser(prog=f"lakelog-{job}", description=f"lakelog {job} job")
+    add_arguments(parser, default_engine=ENGINE_SPARK)
+    return run_from_args(job, parser.parse_args(argv))

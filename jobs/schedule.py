@@ -1,0 +1,56 @@
+"""`lakelog jobs schedule`: every maintenance job on its own interval, in this process.
+
+The local counterpart of the Databricks jobs' cron schedules (databricks.yml): retention and key
+compaction every 5 minutes (Kafka's log.retention.check.interval.ms), file optimization hourly,
+vacuum daily, each configurable (LAKELOG_RETENTION_INTERVAL_MS, ..._COMPACT_KEYS_...,
+..._OPTIMIZE_FILES_..., ..._VACUUM_...). A job that fails is logged and runs again at its next
+interval; the jobs plan from the tables each time, so nothing is lost by a missed run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from conf.settings import Settings
+from jobs.runner import JobRequest, run_job
+
+
+def intervals_ms(settings: Settings) -> dict[str, int]:
+    return {
+        "retention": settings.retention_interval_ms,
+        "compact-keys": settings.compact_keys_interval_ms,
+        "optimize-files": settings.optimize_files_interval_ms,
+        "vacuum": settings.vacuum_interval_ms,
+    }
+
+
+def run_schedule(
+    settings: Settings,
+    base: JobRequest,
+    *,
+    stop: threading.Event,
+    out: Callable[[str], None] = print,
+) -> None:
+    """Run each job when due (all at once first) until `stop` is set."""
+    intervals = intervals_ms(settings)
+    due = dict.fromkeys(intervals, time.monotonic())
+    while not stop.is_set():
+        now = time.monotonic()
+        for job, interval_ms in intervals.items():
+            if due[job] <= now:
+                _run_once(JobRequest(**{**_fields(base), "job": job}), out)
+                due[job] = time.monotonic() + interval_ms / 1000
+        stop.wait(max(0.0, min(due.values()) - time.monotonic()))
+
+
+def _run_once(request: JobRequest, out: Callable[[str], None]) -> None:
+    try:
+        run_job(request, out=out)
+    except Exception as error:  # the next interval tries again
+        out(f"{request.job}: FAILED: {type(error).__name__}: {error}")
+
+
+def _fields(request: JobRequest) -> dict:
+    return {name: getattr(request, name) for name in request.__slots__}
