@@ -714,10 +714,6 @@ def _print_table(headers: tuple, rows: list[tuple]) -> None:
         )
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 # ---- jobs ----------------------------------------------------------------------------------
 
 
@@ -751,3 +747,7 @@ def _jobs_schedule(args: argparse.Namespace) -> int:
 
     run_schedule(load_settings(), request_from("retention", args), stop=threading.Event())
     return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

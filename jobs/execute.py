@@ -23,6 +23,7 @@ from storage_layout import paths
 from storage_layout.catalog import TopicCatalog
 from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.records import AppTransaction
+from storage_layout.schema import LOG_START_APP_ID
 
 # The txn a key compaction commits with: its version is the end of the range it cleaned, so the
 # next run knows where the dirty part starts (Kafka's cleaner checkpoint, kept in the table).
@@ -69,7 +70,10 @@ def run_retention(unit: Unit, *, now_ms: int, dry_run: bool) -> Outcome:
         if plan.empty or dry_run:
             break
         removes = [f for segment in plan.segments for f in segment.files]
-        if log.commit_maintenance(removes=removes, operation="DELETE", data_change=True):
+        start = AppTransaction(LOG_START_APP_ID, plan.new_log_start_offset)
+        if log.commit_maintenance(
+            removes=removes, operation="DELETE", data_change=True, transactions=[start]
+        ):
             return _retention_outcome(plan, started, committed=True)
     return _retention_outcome(plan, started, committed=False)
 
@@ -91,7 +95,8 @@ def _retention_outcome(plan: plans.RetentionPlan, started: float, *, committed: 
 def run_compact_keys(unit: Unit, *, now_ms: int, dry_run: bool) -> Outcome:
     """Keep the latest record per key in the cleanable closed segments (offsets unchanged,
     gaps allowed), drop tombstones older than delete.retention.ms, rewrite each changed
-    segment as one file in offset order."""
+    segment as one file in offset order. log_start_offset does not move (only retention
+    moves it)."""
     started = time.monotonic()
     log, config = _open(unit)
     removed = kept = changed = 0
@@ -108,13 +113,18 @@ def run_compact_keys(unit: Unit, *, now_ms: int, dry_run: bool) -> Outcome:
         if plan.empty or dry_run:
             return _compaction_outcome(plan, started, (0, 0, 0), committed=False)
         replacements, removes, (removed, kept, changed) = _compacted_segments(log, plan)
-        txn = AppTransaction(COMPACTION_APP_ID, plan.cleanable_end_offset)
+        # The log start is pinned: emptying the first segment must not move it (a consumer
+        # positioned in the gap reads on from the next record, as in Kafka).
+        txns = [
+            AppTransaction(COMPACTION_APP_ID, plan.cleanable_end_offset),
+            AppTransaction(LOG_START_APP_ID, log.snapshot.log_start_offset),
+        ]
         if log.commit_maintenance(
             removes=removes,
             replacements=replacements,
             operation="COMPACT_KEYS",
             data_change=True,
-            transaction=txn,
+            transactions=txns,
         ):
             return _compaction_outcome(plan, started, (removed, kept, changed), committed=True)
     return _compaction_outcome(plan, started, (removed, kept, changed), committed=False)
@@ -124,10 +134,8 @@ def _compacted_segments(log: DeltaPartitionLog, plan: plans.CompactionPlan):
     """(replacements, files to remove, (records removed, kept, segments changed))."""
     by_segment = [(segment, log.read_files(list(segment.files))) for segment in plan.segments]
     # The latest record per key is decided over the whole cleanable range at once.
-    keep = keep_mask(
-        pa.concat_tables([records for _, records in by_segment]),
-        tombstone_horizon_ms=plan.tombstone_horizon_ms,
-    )
+    everything = pa.concat_tables([records for _, records in by_segment])
+    keep = keep_mask(everything, tombstone_horizon_ms=plan.tombstone_horizon_ms)
     replacements, removes, removed, kept, changed, start = [], [], 0, 0, 0, 0
     for segment, records in by_segment:
         survivors = records.filter(keep.slice(start, records.num_rows)).sort_by("offset")
@@ -204,9 +212,8 @@ def run_optimize_files(unit: Unit, *, now_ms: int, dry_run: bool) -> Outcome:
 
 def _optimized_segments(log: DeltaPartitionLog, plan: plans.OptimizePlan):
     removes, replacements = [], []
-    for segment in plan.segments:
+    for segment, pieces in zip(plan.segments, plan.output_file_counts, strict=True):
         records = log.read_files(list(segment.files)).sort_by("offset")
-        pieces = max(1, math.ceil(segment.size_bytes / plan.target_file_bytes))
         rows_per_piece = math.ceil(records.num_rows / pieces)
         for start in range(0, records.num_rows, rows_per_piece):
             replacements.append((segment.base_offset, records.slice(start, rows_per_piece)))
