@@ -1,5 +1,6 @@
-"""Spark side of lakelog: the session, and topics read as DataFrames shaped like Spark's Kafka
-source. Only this package and jobs/ import pyspark.
+"""Spark side of lakelog: the session, topics read and written as DataFrames and streams shaped
+like Spark's Kafka source and sink (`format("lakelog")`), the table view of a topic and group
+lag. Only this package and jobs/ import pyspark.
 
 Exports resolve lazily (PEP 562): `import pipeline` stays cheap, and `python -m pipeline.spark`
 does not find its own module already imported by this package.
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     )
     from pipeline.source import register_data_source
     from pipeline.spark import build_spark_session
+    from pipeline.topics import read_topic_stream, write_topic, write_topic_stream
+    from pipeline.views import latest_by_key, register_topic_views, view_name
 
 _EXPORTS = {
     "KAFKA_HEADERS_TYPE": "pipeline.read",
@@ -30,6 +33,12 @@ _EXPORTS = {
     "build_spark_session": "pipeline.spark",
     "committed_offsets": "pipeline.lag",
     "group_lag": "pipeline.lag",
+    "read_topic_stream": "pipeline.topics",
+    "write_topic": "pipeline.topics",
+    "write_topic_stream": "pipeline.topics",
+    "latest_by_key": "pipeline.views",
+    "register_topic_views": "pipeline.views",
+    "view_name": "pipeline.views",
 }
 
 __all__ = [
@@ -39,8 +48,14 @@ __all__ = [
     "build_spark_session",
     "committed_offsets",
     "group_lag",
+    "latest_by_key",
     "read_topic",
+    "read_topic_stream",
     "register_data_source",
+    "register_topic_views",
+    "view_name",
+    "write_topic",
+    "write_topic_stream",
 ]
 
 
