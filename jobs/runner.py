@@ -27,6 +27,7 @@ from jobs import execute
 from jobs.execute import Outcome, Unit
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog
+from storage_layout.consumer_offsets import ConsumerOffsets
 from storage_layout.errors import TopicNotFound
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -85,9 +86,18 @@ def run_job(request: JobRequest, *, out: Callable[[str], None] = print) -> Summa
             out(f"{progress} {outcome.topic}-{outcome.partition}: FAILED: {outcome.error}")
         elif outcome.committed:
             out(f"{progress} {outcome.topic}-{outcome.partition}: done in {outcome.elapsed_ms} ms")
+    if request.job == "optimize-files" and not request.dry_run:
+        _compact_consumer_offsets(request.root, out)
     summary = summarize(request.job, outcomes, started)
     out(summary.line())
     return summary
+
+
+def _compact_consumer_offsets(root: str, out: Callable[[str], None]) -> None:
+    """The committed-offsets table keeps the latest row per (group, topic, partition); the
+    gateways compact it too, this catches up tables no gateway is writing to."""
+    dropped = ConsumerOffsets(root).compact()
+    out(f"_meta/consumer_offsets: {dropped} superseded rows dropped")
 
 
 def partitions_of(root: str, topics: Iterable[str]) -> list[Unit]:
