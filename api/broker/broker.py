@@ -467,6 +467,7 @@ class Broker:
             raise InvalidRequest(f"Offset {request.offset} is negative; offsets start at 0.")
         (await self.topic(request.topic)).check_partition(request.partition)
         writer = await self.leaders.writer(request.topic, request.partition)
+        writer.notice_foreign_commits()  # a job's or Spark's commit shows within the interval
         deadline = time.monotonic() + request.timeout_ms / 1000
         while True:
             appended = writer.appended_event()

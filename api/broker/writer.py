@@ -162,9 +162,10 @@ class PartitionWriter:
         return future
 
     def notice_foreign_commits(self) -> None:
-        """Called by fetches at the head of the log: at most every FOREIGN_CHECK_INTERVAL_MS,
-        have the writer task look for commits another writer made (a Spark task appending
-        directly), so fetchers see them without waiting for this node's next append."""
+        """Called by fetches and offset queries: at most every FOREIGN_CHECK_INTERVAL_MS, have
+        the writer task look for commits another writer made (a Spark task appending
+        directly, a retention or compaction job), so readers see them without waiting for
+        this node's next append."""
         now = time.monotonic()
         if (now - self._catch_up_asked_at) * 1000 < FOREIGN_CHECK_INTERVAL_MS:
             return

@@ -5,6 +5,7 @@ renumbered, no produce fails, and a fetch below the new log start gets the clear
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
 
@@ -45,6 +46,17 @@ def produce_while(client: httpx.Client, topic: str, job, values) -> dict[int, by
     return acked
 
 
+def wait_for_log_start(client: httpx.Client, topic: str, *, above: int) -> int:
+    """The gateway sees a job's commit within its foreign-commit check interval."""
+    deadline = time.monotonic() + 5
+    while True:
+        bounds = client.get(f"/topics/{topic}/partitions/0/offsets").json()
+        if bounds["beginning_offset"] > above or time.monotonic() > deadline:
+            assert bounds["beginning_offset"] > above, bounds
+            return bounds["beginning_offset"]
+        time.sleep(0.1)
+
+
 def records_from(client: httpx.Client, topic: str, offset: int) -> list[dict]:
     end = client.get(f"/topics/{topic}/partitions/0/offsets").json()["end_offset"]
     records = []
@@ -61,9 +73,9 @@ def test_retention_while_producing(client, gateway, topic_name):
     values = [(f"k{i}", f"value-{i:05d}-" + "x" * 200) for i in range(PRODUCE_REQUESTS)]
     acked = produce_while(client, topic_name, lambda: run("retention", root, topic_name), values)
     run("retention", root, topic_name)
+    wait_for_log_start(client, topic_name, above=0)  # retention removed segments
     bounds = client.get(f"/topics/{topic_name}/partitions/0/offsets").json()
     start, end = bounds["beginning_offset"], bounds["end_offset"]
-    assert start > 0  # retention removed segments
     assert sorted(acked) == list(range(end))  # every acknowledged offset, dense, none twice
     kept = records_from(client, topic_name, start)
     assert [r["offset"] for r in kept] == list(range(start, end))  # none renumbered
@@ -119,3 +131,23 @@ def test_vacuum_at_the_minimum_retention_while_producing(client, gateway, topic_
     acked = produce_while(client, topic_name, vacuum, values)
     records = records_from(client, topic_name, 0)
     assert {r["offset"]: unb64(r["value"]).decode() for r in records} == acked
+
+
+def test_a_group_consumer_behind_retention_continues_from_the_new_start(
+    client, gateway, topic_name
+):
+    from tests.integration.test_consumers_v2 import new_consumer, records, subscribe
+
+    root = str(gateway.data_dir)
+    create_topic(client, topic_name, segment_bytes=1000, retention_bytes=1)
+    for i in range(20):
+        produce(client, topic_name, [{"value": b64(f"v{i:03d}-" + "z" * 300)}], partition=0)
+    consumer = new_consumer(client, f"{topic_name}-group", **{"auto.offset.reset": "earliest"})
+    subscribe(client, consumer, [topic_name])
+    first = records(client, consumer, timeout=5000, max_bytes=400)  # reads from offset 0
+    assert first and first[0]["offset"] == 0
+    run("retention", root, topic_name)  # every closed segment goes: the position is behind
+    start = wait_for_log_start(client, topic_name, above=first[-1]["offset"] + 1)
+    after = records(client, consumer, timeout=5000)
+    assert after and after[0]["offset"] == start  # earliest: from the new log start
+    client.delete(consumer)
