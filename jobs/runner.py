@@ -16,6 +16,7 @@ tables). Exit codes: 0 done (or nothing to do), 1 some partitions failed (the ot
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import sys
 import time
@@ -120,9 +121,34 @@ def _execute_all(request: JobRequest, units: list[Unit]) -> Iterator[Outcome]:
     )
     if request.engine == ENGINE_LOCAL or not units:
         return map(task, units)
-    spark = _spark_session()
-    # One task per partition; toLocalIterator hands results back as tasks finish, in order.
-    return spark.sparkContext.parallelize(units, len(units)).map(task).toLocalIterator()
+    return _on_spark(_spark_session(), request.root, units, task)
+
+
+# What a Spark task sends back per partition (an Outcome's fields).
+_OUTCOME_DDL = (
+    "job: string, topic: string, partition: int, lines: array<string>, segments: bigint, "
+    "bytes_removed: bigint, records_removed: bigint, records_kept: bigint, "
+    "files_deleted: bigint, elapsed_ms: bigint, committed: boolean, error: string"
+)
+
+
+def _on_spark(spark, root: str, units: list[Unit], task) -> Iterator[Outcome]:
+    """One Spark task per partition. DataFrame API only (a Python UDF over a frame of the
+    partitions), not RDDs: Databricks serverless and Spark Connect have no SparkContext.
+    toLocalIterator hands outcomes back as their tasks finish, so progress shows during a
+    long run."""
+    from pyspark.sql import functions as F
+
+    def run_unit(topic: str, partition: int) -> dict:
+        return dataclasses.asdict(task(Unit(root, topic, partition)))
+
+    # Not Arrow-optimized: that path needs pandas, which a plain UDF does not.
+    run = F.udf(run_unit, returnType=f"struct<{_OUTCOME_DDL}>", useArrow=False)
+    rows = [(unit.topic, unit.partition) for unit in units]
+    frame = spark.createDataFrame(rows, "topic string, partition int").repartition(len(units))
+    for row in frame.select(run("topic", "partition").alias("o")).toLocalIterator():
+        values = row.o.asDict()
+        yield Outcome(**{**values, "lines": tuple(values["lines"] or ())})
 
 
 def execute_unit(
@@ -221,7 +247,14 @@ def run_from_args(job: str, args: argparse.Namespace) -> int:
 
 
 def main_for(job: str, argv: list[str] | None = None) -> int:
-    """`python -m jobs.<name>` and the wheel's `lakelog-<name>` entry points (Databricks)."""
+    """`python -m jobs.<name>` and the wheel's `lakelog-<name>` entry points (Databricks).
+
+    A failure exits (SystemExit) instead of returning its code: Databricks' wheel task calls
+    the entry point and ignores what it returns, so only an exit or exception fails the run
+    (and triggers the job's retries)."""
     parser = argparse.ArgumentParser(prog=f"lakelog-{job}", description=f"lakelog {job} job")
     add_arguments(parser, default_engine=ENGINE_SPARK)
-    return run_from_args(job, parser.parse_args(argv))
+    code = run_from_args(job, parser.parse_args(argv))
+    if code != EXIT_OK:
+        raise SystemExit(code)
+    return code

@@ -1,10 +1,12 @@
 """`lakelog jobs schedule`: every maintenance job on its own interval, in this process.
 
-The local counterpart of the Databricks jobs' cron schedules (databricks.yml): retention and key
-compaction every 5 minutes (Kafka's log.retention.check.interval.ms), file optimization hourly,
-vacuum daily, each configurable (LAKELOG_RETENTION_INTERVAL_MS, ..._COMPACT_KEYS_...,
-..._OPTIMIZE_FILES_..., ..._VACUUM_...). A job that fails is logged and runs again at its next
-interval; the jobs plan from the tables each time, so nothing is lost by a missed run.
+The local counterpart of the Databricks jobs' cron schedules (conf/databricks/*.job.yml):
+retention and key compaction every 5 minutes (Kafka's log.retention.check.interval.ms; every 15
+minutes on Databricks, where a run also pays for its compute), file optimization hourly, vacuum
+daily, each configurable (LAKELOG_RETENTION_INTERVAL_MS, LAKELOG_COMPACT_KEYS_INTERVAL_MS,
+LAKELOG_OPTIMIZE_FILES_INTERVAL_MS, LAKELOG_VACUUM_INTERVAL_MS). A job that fails is logged and
+runs again at its next interval; the jobs plan from the tables each time, so nothing is lost by
+a missed run.
 """
 
 from __future__ import annotations
