@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
@@ -55,8 +56,14 @@ _TOPIC_OPTIONS = ("subscribe", "subscribePattern", "assign")
 
 
 def register_data_source(spark: SparkSession) -> None:
-    """Make `format("lakelog")` available in this Spark session."""
-    spark.dataSource.register(LakelogDataSource)
+    """Make `format("lakelog")` available in this Spark session (idempotent)."""
+    try:
+        spark.dataSource.register(LakelogDataSource)
+    except AnalysisException as error:
+        # Spark 4.0 refuses to register a name twice, including over the registration it
+        # made itself from the installed `pyspark_lakelog` module; 4.1+ replaces it.
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(error):
+            raise
 
 
 @dataclass(frozen=True, slots=True)
