@@ -414,7 +414,7 @@ def _describe_retention(plan: RetentionPlan) -> list[str]:
     lines.append(
         f"{name}: log start offset {plan.segments[0].min_offset} -> "
         f"{plan.new_log_start_offset} ({plan.records_removed} records, "
-        f"{_format_bytes(plan.bytes_removed)} removed)"
+        f"{format_bytes(plan.bytes_removed)} removed)"
     )
     return lines
 
@@ -458,11 +458,11 @@ def _describe_vacuum(plan: VacuumPlan) -> list[str]:
 
 
 def _offsets(segment: Segment) -> str:
-    size = _format_bytes(segment.size_bytes)
+    size = format_bytes(segment.size_bytes)
     return f"offsets {segment.min_offset}..{segment.max_offset}, {size}"
 
 
-def _format_bytes(size_bytes: int) -> str:
+def format_bytes(size_bytes: int) -> str:
     """Decimal units, as the labels say (1 MB = 1 000 000 bytes)."""
     if size_bytes < 1000:
         return f"{size_bytes} B"

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
 from conf.settings import Settings, load_settings
-from jobs import execute
+from jobs import execute, plans
 from jobs.execute import Outcome, Unit
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog
@@ -61,7 +61,7 @@ class Summary:
     def line(self) -> str:
         return (
             f"{self.job}: {self.partitions} partitions, {self.segments} segments, "
-            f"{_size(self.bytes_removed)} and {self.records_removed} records removed, "
+            f"{plans.format_bytes(self.bytes_removed)} and {self.records_removed} records removed, "
             f"{self.records_kept} records kept, {self.files_deleted} files vacuumed, "
             f"{self.failed} failed, {self.elapsed_ms / 1000:.1f} s"
         )
@@ -189,13 +189,6 @@ def _spark_session():
     from pipeline.spark import build_spark_session
 
     return SparkSession.getActiveSession() or build_spark_session(load_settings())
-
-
-def _size(size_bytes: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if size_bytes >= scale:
-            return f"{size_bytes / scale:.1f} {unit}"
-    return f"{size_bytes} B"
 
 
 # ---- command line --------------------------------------------------------------------------

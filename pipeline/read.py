@@ -131,7 +131,7 @@ def parse_offsets(
     if isinstance(spec, str) and spec.strip() in ("earliest", "latest"):
         _check_keyword(spec.strip(), ending=ending)
         return {}
-    by_topic = _load_json(spec, option=option)
+    by_topic = load_offsets_json(spec, option=option)
     other_topics = sorted(name for name in by_topic if name != topic)
     if other_topics:
         raise ValueError(f"{option} names topics other than '{topic}': {other_topics}.")
@@ -210,7 +210,7 @@ def _check_keyword(keyword: str, *, ending: bool) -> None:
         raise ValueError("starting offset can't be latest for batch queries on Kafka")
 
 
-def _load_json(spec: str | Mapping, *, option: str) -> Mapping:
+def load_offsets_json(spec: str | Mapping, *, option: str) -> Mapping:
     if isinstance(spec, Mapping):
         by_topic = spec
     else:

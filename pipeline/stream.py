@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
 
-from pipeline.read import EARLIEST, LATEST, parse_offsets
+from pipeline.read import EARLIEST, LATEST, load_offsets_json, parse_offsets
 from pipeline.source import (
     _TOPIC_OPTIONS,
     OffsetSplit,
@@ -247,16 +247,7 @@ def _starting_spec(value: str | None) -> str | Mapping:
     spec = (value or STARTING_OFFSETS_DEFAULT).strip()
     if spec in ("earliest", "latest"):
         return spec
-    try:
-        by_topic = json.loads(spec)
-    except ValueError as error:
-        raise ValueError(
-            f'startingOffsets must be "earliest", "latest" or JSON like '
-            f'{{"topic": {{"0": 23, "1": -2}}}}; got {spec!r} ({error}).'
-        ) from None
-    if not isinstance(by_topic, dict):
-        raise ValueError(f"startingOffsets JSON must be an object keyed by topic; got {spec!r}.")
-    return by_topic
+    return load_offsets_json(spec, option="startingOffsets")
 
 
 def _positive_int(options: Mapping[str, str], name: str) -> int | None:
