@@ -7,7 +7,7 @@ DATA_DIR ?= ./data
 HOST ?= 127.0.0.1
 PORT ?= 8082
 
-.PHONY: install run test test-fast lint format bench clean
+.PHONY: install run test test-fast lint format bench clean chaos
 
 install: $(STAMP)
 
@@ -40,6 +40,13 @@ format: install
 
 bench: install
 	$(BIN)/python bench/produce_fetch.py
+
+# Long fault runs (RELIABILITY.md): each prints its figures and fails on any anomaly.
+CHAOS_SEED ?= 1
+chaos: install
+	$(BIN)/python -m chaos run T1 --seed $(CHAOS_SEED) --ops 20000 --duration-s 300
+	$(BIN)/python -m chaos run T3 --seed $(CHAOS_SEED) --ops 5000 --duration-s 300
+	$(BIN)/python -m chaos run T4 --seed $(CHAOS_SEED) --ops 3000 --duration-s 300
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
