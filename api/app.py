@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from api.broker.broker import Broker
 from api.errors import install_error_handlers
@@ -16,11 +16,16 @@ from api.routes import (
     v2_consumers,
     v2_produce,
     v2_topics,
+    v3_acls,
     v3_groups,
     v3_producers,
     v3_records,
     v3_topics,
 )
+from api.security.access import authorize
+from api.security.middleware import SecurityMiddleware
+from api.security.node_auth import install_signing
+from api.security.state import SecurityState
 from api.version import VERSION
 from conf.settings import Settings, load_settings
 
@@ -28,10 +33,14 @@ from conf.settings import Settings, load_settings
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     broker = Broker(settings)
+    security = SecurityState(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         await broker.start()
+        await security.start()
+        if security.cluster_secret is not None:  # requests to other nodes carry a signature
+            install_signing(broker.http, security.cluster_secret, settings.node_id)
         try:
             yield
         finally:
@@ -42,11 +51,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=VERSION,
         summary="Kafka topics whose partitions are Delta tables, with the Confluent REST API.",
         lifespan=lifespan,
+        # Every route is authorized by its rule in api/security/rules.py (fail closed).
+        dependencies=[Depends(authorize)],
     )
     app.state.settings = settings
     app.state.broker = broker
+    app.state.security = security
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, bytes_max=settings.request_bytes_max)
+    # Added last, so outermost: unauthenticated requests are refused before a body is read.
+    app.add_middleware(SecurityMiddleware, security=security)
     routers = (
         v2_topics,
         v2_produce,
@@ -57,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         v3_records,
         v3_producers,
         v3_groups,
+        v3_acls,
         internal,
     )
     for module in routers:

@@ -4,7 +4,9 @@ Codes follow the Confluent REST Proxy (40401 unknown topic, 40402 unknown partit
 request, 413, 415, 422xx validation, 50003 retriable). lakelog-only codes keep the same shape:
 41601 offset out of range; 409xx idempotent-producer rejections and consumer-group errors
 (Kafka's error names: 40910 ILLEGAL_GENERATION, 40911 UNKNOWN_MEMBER_ID, 40912
-REBALANCE_IN_PROGRESS, 40913 FENCED_INSTANCE_ID, ...).
+REBALANCE_IN_PROGRESS, 40913 FENCED_INSTANCE_ID, ...). Security (`api/security/errors.py`):
+40101 authentication failed (401 + WWW-Authenticate), 40301 not authorized (403), 42901 quota
+exceeded (429 + Retry-After).
 """
 
 from __future__ import annotations
@@ -114,11 +116,14 @@ V3_OVERRIDES: dict[type[Exception], tuple[int, int]] = {
 class ApiError(Exception):
     """An HTTP-level failure: bad content type, malformed body, oversized request."""
 
-    def __init__(self, status: int, error_code: int, message: str) -> None:
+    def __init__(
+        self, status: int, error_code: int, message: str, *, headers: dict | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.error_code = error_code
         self.message = message
+        self.headers = headers or {}
 
 
 def status_for(error: Exception, *, v3: bool = False) -> tuple[int, int]:
@@ -143,7 +148,10 @@ def error_response(error: Exception, *, v3: bool = False) -> Response:
         if status < 500 or isinstance(error, StorageError | BrokerError)
         else ("Internal server error.")
     )
-    return Response(orjson.dumps(error_body(code, message)), status, media_type=JSON_TYPE)
+    headers = error.headers if isinstance(error, ApiError) else None
+    return Response(
+        orjson.dumps(error_body(code, message)), status, headers=headers, media_type=JSON_TYPE
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:

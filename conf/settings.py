@@ -5,7 +5,9 @@ Every other package receives a `Settings` value (or the few fields it needs) as 
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
@@ -67,6 +69,24 @@ class Settings(BaseSettings):
     # commit, before answering the requests in it (tests of retries after a crash).
     fault_point: str | None = None
 
+    # Security (README "Security"). `auth`: "none" (default) or "api-keys" (every request but
+    # `GET /` needs `Authorization: Bearer <key_id>.<secret>` or Basic `key_id:secret`).
+    # `authorizer`: "none" or "acl" (Kafka's ACLs; no matching ACL = deny). Super users skip
+    # ACLs (Kafka's `super.users`, ";"- or ","-separated). `cluster_secret` signs node-to-node
+    # requests (required with auth on; the same value on every node).
+    auth: Literal["none", "api-keys"] = "none"
+    authorizer: Literal["none", "acl"] = "none"
+    super_users: str = ""
+    cluster_secret: SecretStr | None = None
+    # A verified key is trusted this long without re-reading the store (revocation delay).
+    auth_cache_ms: int = Field(default=10_000, ge=0)
+    # How often ACLs, principals and quota overrides are re-read from the store.
+    security_refresh_ms: int = Field(default=5_000, ge=0)
+    # Per-principal byte-rate quotas per node (Kafka's producer_byte_rate/consumer_byte_rate);
+    # None = unlimited. Overrides per principal: `lakelog quotas set`.
+    quota_produce_bytes_per_s: int | None = Field(default=None, gt=0)
+    quota_fetch_bytes_per_s: int | None = Field(default=None, gt=0)
+
     # Maintenance jobs (`lakelog jobs schedule`): how often each runs (Kafka's
     # log.retention.check.interval.ms is 5 min), and what vacuum keeps (Delta's 7 days).
     retention_interval_ms: int = Field(default=300_000, gt=0)
@@ -78,6 +98,22 @@ class Settings(BaseSettings):
     # Spark (local runs; on Databricks the cluster's session is used).
     spark_master: str = "local[2]"
     spark_shuffle_partitions: int = 4
+
+    @model_validator(mode="after")
+    def _check_security(self) -> Settings:
+        if self.auth != "none" and (
+            self.cluster_secret is None or len(self.cluster_secret.get_secret_value()) < 16
+        ):
+            raise ValueError(
+                "LAKELOG_CLUSTER_SECRET (16+ characters, the same on every node) is required "
+                "with LAKELOG_AUTH on: nodes sign their requests to each other with it."
+            )
+        return self
+
+    @property
+    def super_user_names(self) -> frozenset[str]:
+        names = (n.strip() for n in self.super_users.replace(",", ";").split(";"))
+        return frozenset(n if n.startswith("User:") else f"User:{n}" for n in names if n)
 
 
 def load_settings(**overrides: object) -> Settings:

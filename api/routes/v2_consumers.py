@@ -20,6 +20,7 @@ from api.errors import ApiError
 from api.forwarding import served_by_coordinator
 from api.groups.group import Subscription
 from api.groups.instances import InstanceConfig
+from api.security import access
 from api.wire import RECORD_MEDIA_TYPES, fetch_format, iso_to_ms, parse_json
 from storage_layout.records import TopicPartition
 
@@ -68,6 +69,7 @@ async def _body(request: Request, *, required: bool = True) -> dict:
 async def create_instance(group: str, request: Request, broker: BrokerDep) -> Response:
     config = InstanceConfig.parse(await _body(request, required=False))
     await broker.consumers.create(group, config)
+    access.bind_instance(request, group, config.name)  # only its creator may use it
     base = base_url(request, broker.settings)
     uri = f"{base}/consumers/{group}/instances/{config.name}"
     return _json({"instance_id": config.name, "base_uri": uri})
@@ -77,6 +79,7 @@ async def create_instance(group: str, request: Request, broker: BrokerDep) -> Re
 @served_by_coordinator
 async def delete_instance(group: str, instance: str, request: Request, broker: BrokerDep):
     await broker.consumers.delete(group, instance)
+    access.unbind_instance(request, group, instance)
     return _no_content()
 
 
@@ -86,7 +89,9 @@ async def delete_instance(group: str, instance: str, request: Request, broker: B
 @_routes("POST", INSTANCE + "/subscription", summary="Subscribe to topics or a topic pattern")
 @served_by_coordinator
 async def subscribe(group: str, instance: str, request: Request, broker: BrokerDep):
-    await broker.consumers.subscribe(group, instance, _subscription(await _body(request)))
+    subscription = _subscription(await _body(request))
+    access.require_topics(request, "READ", subscription.topics or ())
+    await broker.consumers.subscribe(group, instance, subscription)
     return _no_content()
 
 
@@ -107,6 +112,7 @@ async def unsubscribe(group: str, instance: str, request: Request, broker: Broke
 @served_by_coordinator
 async def assign(group: str, instance: str, request: Request, broker: BrokerDep):
     partitions = _partitions(await _body(request))
+    access.require_topics(request, "READ", (tp.topic for tp in partitions))
     await broker.consumers.assign(group, instance, partitions)
     return _no_content()
 
@@ -170,6 +176,9 @@ async def get_records(
     if "vnd.kafka." not in accept or "v2+json" not in accept:
         embedded = broker.consumers.get(group, instance).config.embedded  # generic Accept
     settings = broker.settings
+    if access.acls_enabled(request):  # Kafka's Fetch: READ on every topic fetched
+        assigned = await broker.consumers.assignment(group, instance)
+        access.require_topics(request, "READ", (tp.topic for tp in assigned))
     items = await broker.consumers.records(
         group,
         instance,
@@ -188,6 +197,7 @@ async def commit_offsets(group: str, instance: str, request: Request, broker: Br
         _tp_of(item): (_int(item, "offset"), item.get("metadata"))
         for item in (_list(body, "offsets") if body.get("offsets") is not None else [])
     }
+    access.require_topics(request, "READ", (tp.topic for tp in offsets))
     await broker.consumers.commit(group, instance, offsets)
     return _json([])
 

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from api.broker.broker import RecordAck, RecordQueued
 from api.deps import BrokerDep
 from api.errors import JSON_TYPE, PER_RECORD_CODES, status_for
+from api.security import access
 from api.wire import (
     ACKS_DESCRIPTION,
     ACKS_PATTERN,
@@ -103,6 +104,8 @@ async def _produce(topic, partition: int | None, request: Request, broker: Broke
         partition=partition,
         limits=RecordLimits.from_settings(broker.settings),
     )
+    if parsed.idempotence is not None:  # a producer id is bound to who initialised it
+        await access.check_producer(request, parsed.idempotence.producer_id)
     results = await broker.produce(
         topic, parsed.records, idempotence=parsed.idempotence, acks=acks_mode(acks)
     )

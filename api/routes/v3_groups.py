@@ -37,6 +37,7 @@ from api.groups.coordinator import GroupDescription
 from api.groups.group import GroupState, MemberView
 from api.routes.internal import INTERNAL_GROUPS_PATH, group_summary, local_group_summaries
 from api.routes.v3_topics import check_cluster
+from api.security import access
 from storage_layout.errors import PartitionNotFound, TopicNotFound
 from storage_layout.records import TopicPartition
 
@@ -86,7 +87,8 @@ async def list_groups(cluster_id: str, request: Request, broker: BrokerDep) -> d
     check_cluster(cluster_id, broker.settings)
     links = _links(request, broker, cluster_id)
     summaries = await _cluster_groups(broker)
-    data = [_group_data(links, summaries[g]) for g in sorted(summaries)]
+    allowed = [g for g in sorted(summaries) if access.permits(request, "DESCRIBE", "group", g)]
+    data = [_group_data(links, summaries[g]) for g in allowed]
     return _list("KafkaConsumerGroupList", f"{links.base}/consumer-groups", data)
 
 

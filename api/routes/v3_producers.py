@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, Field
 
 from api.deps import BrokerDep
 from api.routes.v3_topics import check_cluster
+from api.security import access
+from api.security.rules import CLUSTER_RESOURCE_NAME
 
 router = APIRouter(prefix="/v3", tags=["v3 producers"])
 
@@ -38,11 +40,25 @@ class ProducerIdResponse(BaseModel):
     response_model=ProducerIdResponse,
 )
 async def init_producer(
-    cluster_id: str, broker: BrokerDep, body: Annotated[InitProducer | None, Body()] = None
+    cluster_id: str,
+    request: Request,
+    broker: BrokerDep,
+    body: Annotated[InitProducer | None, Body()] = None,
 ) -> ProducerIdResponse:
     check_cluster(cluster_id, broker.settings)
     body = body or InitProducer()
+    _authorize_init(request, body)
     identity = await broker.init_producer(body.transactional_id, body.client_id)
+    await access.bind_producer(request, identity.producer_id)
     return ProducerIdResponse(
         producer_id=identity.producer_id, producer_epoch=identity.producer_epoch
     )
+
+
+def _authorize_init(request: Request, body: InitProducer) -> None:
+    """Kafka's InitProducerId: WRITE on the transactional id; without one, IDEMPOTENT_WRITE on
+    the cluster or (KIP-679) WRITE on some topic."""
+    if body.transactional_id is not None:
+        access.require(request, "WRITE", "transactional_id", body.transactional_id)
+    elif not access.permits_on_any(request, "WRITE", "topic"):
+        access.require(request, "IDEMPOTENT_WRITE", "cluster", CLUSTER_RESOURCE_NAME)

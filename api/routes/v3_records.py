@@ -21,6 +21,7 @@ from api.deps import BrokerDep
 from api.errors import JSON_TYPE, ApiError, error_body, status_for
 from api.json_stream import JsonValueSplitter
 from api.routes.v3_topics import check_cluster
+from api.security import access
 from api.wire import (
     ACKS_DESCRIPTION,
     ACKS_PATTERN,
@@ -80,7 +81,7 @@ async def produce_records(
     check_cluster(cluster_id, broker.settings)
     await broker.topic(topic)
     splitter = JsonValueSplitter(broker.settings.stream_record_bytes_max)
-    produce = _Producer(broker, cluster_id, topic, acks_mode(acks))
+    produce = _Producer(broker, cluster_id, topic, acks_mode(acks), request=request)
     if "content-length" in request.headers and "chunked" not in request.headers.get(
         "transfer-encoding", ""
     ):
@@ -145,9 +146,12 @@ class DuplexStreamingResponse(StreamingResponse):
 class _Producer:
     """Produces one v3 record document and returns its delivery report."""
 
-    def __init__(self, broker: Broker, cluster_id: str, topic: str, acks: str) -> None:
+    def __init__(
+        self, broker: Broker, cluster_id: str, topic: str, acks: str, *, request: Request
+    ) -> None:
         self.broker, self.cluster_id, self.topic, self.acks = broker, cluster_id, topic, acks
         self.limits = RecordLimits.from_settings(broker.settings)
+        self.request = request
 
     async def __call__(self, document) -> dict:
         """The delivery report of one record (an error report if it could not be produced)."""
@@ -155,6 +159,8 @@ class _Producer:
             if isinstance(document, Exception):
                 raise document
             record = parse_v3_record(document, self.limits)
+            if record.idempotence is not None:  # a producer id is bound to its principal
+                await access.check_producer(self.request, record.idempotence.producer_id)
             (result,) = await self.broker.produce(
                 self.topic, [record.produce], idempotence=record.idempotence, acks=self.acks
             )

@@ -12,6 +12,8 @@ from starlette.responses import Response
 from api.deps import BrokerDep, SettingsDep, base_url
 from api.errors import ApiError
 from api.routes.v2_topics import leader_id
+from api.security import access
+from api.security.rules import CLUSTER_RESOURCE_NAME
 from conf.settings import Settings
 from storage_layout.catalog import TopicInfo
 
@@ -147,7 +149,12 @@ async def get_cluster(cluster_id: str, request: Request, settings: SettingsDep) 
 async def list_topics(cluster_id: str, request: Request, broker: BrokerDep) -> dict:
     check_cluster(cluster_id, broker.settings)
     url = base_url(request, broker.settings)
-    data = [_topic_data(url, cluster_id, t) for t in await broker.list_topics()]
+    topics = [
+        t
+        for t in await broker.list_topics()
+        if access.permits(request, "DESCRIBE", "topic", t.name)
+    ]
+    data = [_topic_data(url, cluster_id, t) for t in topics]
     return _list("KafkaTopicList", f"{url}/v3/clusters/{cluster_id}/topics", data)
 
 
@@ -156,6 +163,10 @@ async def create_topic(
     cluster_id: str, body: CreateTopic, request: Request, broker: BrokerDep
 ) -> dict:
     check_cluster(cluster_id, broker.settings)
+    access.require_any(
+        request,
+        [("CREATE", "cluster", CLUSTER_RESOURCE_NAME), ("CREATE", "topic", body.topic_name)],
+    )
     configs = {entry.name: entry.value for entry in body.configs}
     if body.validate_only:
         topic = await broker.validate_new_topic(body.topic_name, body.partitions_count, configs)

@@ -1,0 +1,330 @@
+"""Principals, API keys, quota overrides and producer-id owners: `_meta/principals`.
+
+Why a Delta table and not a JSON file: the root may be an object store (s3://, abfss://) where a
+"write then rename" is not atomic, and every gateway node and the CLI share the root. A Delta
+commit is atomic on every root lakelog supports and gives the same compare-and-set the topic
+catalog uses, so two writers of one key cannot both win.
+
+Layout (`DocumentTable`): one row per version of a `(kind, name)` document, `document` a JSON
+string (null = deleted). The current document is the row with the highest `version`; each change
+commits `Transaction("<kind>/<name>", version)` on the snapshot it read.
+
+Kinds in `_meta/principals`:
+- `principal` / `User:alice`: `{"created_at_ms"}`.
+- `api_key` / `<key_id>`: `{"principal", "kdf": "scrypt", "n", "r", "p", "salt", "hash",
+  "created_at_ms", "expires_at_ms"}`; salt and hash are base64. The secret itself is never
+  stored: it is printed once by `lakelog api-keys create`.
+- `quota` / `User:alice`: `{"produce_bytes_per_s", "fetch_bytes_per_s"}` (null = the default).
+- `producer` / `<producer_id>`: `{"principal"}`, the principal a producer id is bound to.
+
+Concurrency contract: safe from several threads (a lock serializes this process's writers);
+processes and nodes are serialized by the CAS.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+from deltalake import CommitProperties, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError
+
+from storage_layout import meta_tables, paths
+from storage_layout.errors import InvalidConfig, StorageUnavailable
+from storage_layout.schema import TIMESTAMP_TYPE
+
+PRINCIPALS_TABLE = "principals"
+WRITE_ATTEMPTS_MAX = 20
+
+KIND_PRINCIPAL = "principal"
+KIND_API_KEY = "api_key"
+KIND_QUOTA = "quota"
+KIND_PRODUCER = "producer"
+
+# scrypt with n=2^14, r=8: 16 MiB and ~40 ms per verification (cached by the gateway).
+SCRYPT_N, SCRYPT_R, SCRYPT_P, HASH_BYTES, SALT_BYTES = 1 << 14, 8, 1, 32, 16
+KEY_ID_BYTES, SECRET_BYTES = 8, 32
+PRINCIPAL_PATTERN = re.compile(r"^User:[A-Za-z0-9._@\-]{1,200}$")
+KEY_ID_PATTERN = re.compile(r"^[0-9a-f]{16}$")
+
+DOCUMENTS_SCHEMA = pa.schema(
+    [
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("version", pa.int64(), nullable=False),
+        pa.field("document", pa.string()),
+        pa.field("updated_at", TIMESTAMP_TYPE, nullable=False),
+    ]
+)
+
+
+class DocumentTable:
+    """Versioned JSON documents keyed by `(kind, name)` in one small `_meta` Delta table."""
+
+    def __init__(self, root: str, table: str) -> None:
+        self._uri = paths.meta_table_uri(paths.normalize_root(root), table)
+        self._lock = threading.Lock()
+        self._dt = meta_tables.open_or_create(self._uri, DOCUMENTS_SCHEMA)
+        self._loaded_version = -1
+        self._current: dict[tuple[str, str], dict] = {}
+
+    def refresh(self) -> bool:
+        """Read changes committed by other nodes or tools; True if anything changed."""
+        with self._lock:
+            return self._refresh()
+
+    def documents(self, kind: str) -> dict[str, dict]:
+        """The current (not deleted) documents of `kind`, by name, as last refreshed."""
+        with self._lock:
+            return {name: doc for (k, name), doc in self._current.items() if k == kind}
+
+    def get(self, kind: str, name: str) -> dict | None:
+        with self._lock:
+            return self._current.get((kind, name))
+
+    def put(self, kind: str, name: str, document: dict | None, *, create_only=False) -> bool:
+        """Write (or, with None, delete) one document; False if `create_only` and it exists,
+        or if deleting a document that does not exist.
+
+        Raises:
+            StorageUnavailable: the table could not be read or written.
+        """
+        with self._lock:
+            for _ in range(WRITE_ATTEMPTS_MAX):
+                self._refresh()
+                exists = (kind, name) in self._current
+                if (create_only and exists) or (document is None and not exists):
+                    return False
+                try:
+                    self._write(kind, name, document)
+                except CommitFailedError:
+                    continue  # another writer changed this key first: decide again
+                self._refresh()
+                return True
+        raise StorageUnavailable(f"Could not write {self._uri}: contention.")
+
+    def _write(self, kind: str, name: str, document: dict | None) -> None:
+        app_id = f"{kind}/{name}"
+        version = (self._dt.transaction_version(app_id) or 0) + 1
+        row = pa.table(
+            {
+                "kind": [kind],
+                "name": [name],
+                "version": [version],
+                "document": [None if document is None else json.dumps(document, sort_keys=True)],
+                "updated_at": [int(time.time() * 1_000_000)],
+            },
+            schema=DOCUMENTS_SCHEMA,
+        )
+        try:
+            write_deltalake(
+                self._dt,
+                row,
+                mode="append",
+                commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
+            )
+        except CommitFailedError:
+            raise
+        except (OSError, DeltaError) as error:
+            raise StorageUnavailable(f"Cannot write {self._uri}: {error}") from error
+        meta_tables.maybe_compact(self._dt)
+
+    def _refresh(self) -> bool:
+        try:
+            self._dt.update_incremental()
+            if self._dt.version() == self._loaded_version:
+                return False
+            table = self._dt.to_pyarrow_table()
+        except (OSError, DeltaError) as error:
+            raise StorageUnavailable(f"Cannot read {self._uri}: {error}") from error
+        newest: dict[tuple[str, str], tuple[int, str | None]] = {}
+        for kind, name, version, document in zip(
+            *(table.column(c).to_pylist() for c in ("kind", "name", "version", "document")),
+            strict=True,
+        ):
+            if (kind, name) not in newest or version > newest[(kind, name)][0]:
+                newest[(kind, name)] = (version, document)
+        self._current = {
+            key: json.loads(document)
+            for key, (_, document) in newest.items()
+            if document is not None
+        }
+        self._loaded_version = self._dt.version()
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """A stored API key: never its secret, only a salted scrypt hash of it."""
+
+    key_id: str
+    principal: str
+    created_at_ms: int
+    expires_at_ms: int | None
+    document: dict
+
+    def expired(self, now_ms: int) -> bool:
+        return self.expires_at_ms is not None and now_ms >= self.expires_at_ms
+
+    def matches(self, secret: str) -> bool:
+        """Constant-time comparison of the secret's hash with the stored one."""
+        return hmac.compare_digest(
+            hash_secret(secret, self.document), _unb64(self.document["hash"])
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """Per-principal byte-rate overrides; None keeps the gateway's default."""
+
+    produce_bytes_per_s: int | None = None
+    fetch_bytes_per_s: int | None = None
+
+
+def normalize_principal(name: str) -> str:
+    """`alice` or `User:alice` -> `User:alice` (InvalidConfig if not a valid name)."""
+    principal = name if name.startswith("User:") else f"User:{name}"
+    if not PRINCIPAL_PATTERN.match(principal):
+        raise InvalidConfig(
+            f"Invalid principal '{name}': use User:<name> with letters, digits, . _ @ -."
+        )
+    return principal
+
+
+def hash_secret(secret: str, params: dict) -> bytes:
+    """scrypt(secret) with the salt and cost parameters stored in `params`."""
+    return hashlib.scrypt(
+        secret.encode(),
+        salt=_unb64(params["salt"]),
+        n=params["n"],
+        r=params["r"],
+        p=params["p"],
+        dklen=HASH_BYTES,
+    )
+
+
+def new_hash_params() -> dict:
+    return {
+        "kdf": "scrypt",
+        "n": SCRYPT_N,
+        "r": SCRYPT_R,
+        "p": SCRYPT_P,
+        "salt": _b64(secrets.token_bytes(SALT_BYTES)),
+    }
+
+
+class PrincipalStore:
+    """Principals, their API keys, quota overrides and producer-id owners."""
+
+    def __init__(self, root: str) -> None:
+        self.table = DocumentTable(root, PRINCIPALS_TABLE)
+        self.table.refresh()
+
+    def refresh(self) -> bool:
+        return self.table.refresh()
+
+    # ---- principals ----
+
+    def add_principal(self, name: str) -> str:
+        principal = normalize_principal(name)
+        self.table.put(KIND_PRINCIPAL, principal, {"created_at_ms": _now_ms()}, create_only=True)
+        return principal
+
+    def principals(self) -> list[str]:
+        return sorted(self.table.documents(KIND_PRINCIPAL))
+
+    def remove_principal(self, name: str) -> bool:
+        """Delete a principal, its API keys and its quota overrides."""
+        principal = normalize_principal(name)
+        for key in self.api_keys(principal):
+            self.revoke_key(key.key_id)
+        self.table.put(KIND_QUOTA, principal, None)
+        return self.table.put(KIND_PRINCIPAL, principal, None)
+
+    # ---- API keys ----
+
+    def create_key(self, principal: str, *, expires_at_ms: int | None = None) -> tuple[str, str]:
+        """A new key of an existing principal: `(key_id, secret)`; only the hash is stored."""
+        principal = normalize_principal(principal)
+        if self.table.get(KIND_PRINCIPAL, principal) is None:
+            raise InvalidConfig(f"Unknown principal '{principal}': add it first.")
+        key_id, secret = secrets.token_hex(KEY_ID_BYTES), secrets.token_urlsafe(SECRET_BYTES)
+        params = new_hash_params()
+        document = {
+            **params,
+            "principal": principal,
+            "hash": _b64(hash_secret(secret, params)),
+            "created_at_ms": _now_ms(),
+            "expires_at_ms": expires_at_ms,
+        }
+        self.table.put(KIND_API_KEY, key_id, document, create_only=True)
+        return key_id, secret
+
+    def api_key(self, key_id: str) -> ApiKey | None:
+        document = self.table.get(KIND_API_KEY, key_id) if KEY_ID_PATTERN.match(key_id) else None
+        return None if document is None else _api_key(key_id, document)
+
+    def api_keys(self, principal: str | None = None) -> list[ApiKey]:
+        keys = [_api_key(k, d) for k, d in self.table.documents(KIND_API_KEY).items()]
+        return sorted(
+            (k for k in keys if principal is None or k.principal == principal),
+            key=lambda k: (k.principal, k.created_at_ms),
+        )
+
+    def revoke_key(self, key_id: str) -> bool:
+        return self.table.put(KIND_API_KEY, key_id, None)
+
+    # ---- quotas ----
+
+    def set_quota(self, principal: str, quota: Quota) -> None:
+        document = {
+            "produce_bytes_per_s": quota.produce_bytes_per_s,
+            "fetch_bytes_per_s": quota.fetch_bytes_per_s,
+        }
+        self.table.put(KIND_QUOTA, normalize_principal(principal), document)
+
+    def remove_quota(self, principal: str) -> bool:
+        return self.table.put(KIND_QUOTA, normalize_principal(principal), None)
+
+    def quotas(self) -> dict[str, Quota]:
+        return {name: Quota(**doc) for name, doc in self.table.documents(KIND_QUOTA).items()}
+
+    # ---- producer ids ----
+
+    def bind_producer(self, producer_id: int, principal: str) -> None:
+        if self.producer_owner(producer_id) != principal:
+            self.table.put(KIND_PRODUCER, str(producer_id), {"principal": principal})
+
+    def producer_owner(self, producer_id: int) -> str | None:
+        document = self.table.get(KIND_PRODUCER, str(producer_id))
+        return None if document is None else document["principal"]
+
+
+def _api_key(key_id: str, document: dict) -> ApiKey:
+    return ApiKey(
+        key_id=key_id,
+        principal=document["principal"],
+        created_at_ms=document["created_at_ms"],
+        expires_at_ms=document.get("expires_at_ms"),
+        document=document,
+    )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text)
