@@ -63,6 +63,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_consume(commands)
     _add_groups(commands)
     _add_jobs(commands)
+    _add_security(commands)
     return parser
 
 
@@ -749,5 +750,25 @@ def _jobs_schedule(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---- security: principals, api-keys, acls, quotas (on the store under --data-dir) -----------
+
+
+def _add_security(commands) -> None:
+    from api.security.cli import add_commands
+
+    add_commands(commands)
+
+
+def run() -> None:
+    """The `lakelog` console script: `main`, then an immediate exit. deltalake's writer can
+    leave native threads behind that abort the interpreter's shutdown ("terminate called
+    without an active exception", delta-rs#2184) after its commit has returned; every command
+    has finished its work and its output here, so nothing is cut short."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 import orjson
 
 from api.errors import ApiError
+from api.limits import JSON_DEPTH_CODE, JSON_DEPTH_MAX, json_depth_message
 
 _STRUCTURAL = re.compile(rb'[{}\[\]"]')
 _IN_STRING = re.compile(rb'["\\]')
@@ -22,11 +23,12 @@ _WHITESPACE = b" \t\r\n"
 class JsonValueSplitter:
     """Yields each top-level JSON value parsed, or an ApiError in its place."""
 
-    def __init__(self, value_bytes_max: int) -> None:
+    def __init__(self, value_bytes_max: int, *, depth_max: int = JSON_DEPTH_MAX) -> None:
         self.value_bytes_max = value_bytes_max
+        self.depth_max = depth_max
 
     async def split(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[object]:
-        scanner = _Scanner(self.value_bytes_max)
+        scanner = _Scanner(self.value_bytes_max, self.depth_max)
         async for chunk in chunks:
             scanner.feed(chunk)
             for value in scanner.values():
@@ -45,12 +47,14 @@ class JsonValueSplitter:
 
 
 class _Scanner:
-    def __init__(self, value_bytes_max: int) -> None:
+    def __init__(self, value_bytes_max: int, depth_max: int = JSON_DEPTH_MAX) -> None:
         self.value_bytes_max = value_bytes_max
+        self.depth_max = depth_max
         self.buffer = bytearray()
         self.start = 0  # where the current value starts
         self.position = 0  # how far scanning has got
         self.depth = 0
+        self.depth_seen_max = 0  # deepest nesting of the current value so far
         self.in_string = False
 
     def feed(self, chunk: bytes) -> None:
@@ -70,6 +74,7 @@ class _Scanner:
                 return
             raw = bytes(self.buffer[self.start : end])
             self.start = self.position = end
+            too_deep, self.depth_seen_max = self.depth_seen_max > self.depth_max, 0
             if len(raw) > self.value_bytes_max:
                 yield ApiError(
                     413,
@@ -79,6 +84,9 @@ class _Scanner:
                     f"closed.",
                 )
                 return
+            if too_deep:  # one bad record, as a syntax error is: the stream goes on
+                yield ApiError(422, JSON_DEPTH_CODE, json_depth_message(self.depth_max))
+                continue
             yield _parse(raw)
 
     def _find_end(self) -> int | None:
@@ -111,6 +119,7 @@ class _Scanner:
                 self.in_string = True
             elif char in b"{[":
                 self.depth += 1
+                self.depth_seen_max = max(self.depth_seen_max, self.depth)
             else:
                 self.depth -= 1
                 if self.depth == 0:

@@ -1,4 +1,4 @@
-"""Request body limit, enforced before a body is buffered.
+"""Request limits: the body size, enforced before a body is buffered, and the JSON depth.
 
 Starlette has no default body limit (a huge JSON body is an out-of-memory), so this ASGI
 middleware answers 413 from the Content-Length header alone, and counts the bytes of chunked
@@ -11,6 +11,14 @@ from __future__ import annotations
 import re
 
 import orjson
+
+# Deepest nesting of arrays/objects in a request JSON document (a produce body counts its own
+# envelope: `{"records": [{"value": ...}]}` is depth 3 before the value). Beyond it a document is
+# refused with 422 42213 before any record is encoded: orjson refuses to encode past 254 levels
+# (a 500 before this limit) and to decode past 1024. A fixed limit, as Kafka's protocol has
+# fixed sizes: no legitimate record nests this deep.
+JSON_DEPTH_MAX = 32
+JSON_DEPTH_CODE = 42213
 
 _STREAMING_ROUTE = re.compile(r"^/v3/clusters/[^/]+/topics/[^/]+/records$")
 
@@ -86,3 +94,29 @@ def _content_length(scope) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def json_depth_exceeds(document: object, depth_max: int) -> bool:
+    """Whether `document` nests arrays/objects deeper than `depth_max` (a scalar is depth 0,
+    `[]` depth 1). Iterative, and visits containers only."""
+    if not isinstance(document, dict | list):
+        return False
+    if depth_max < 1:
+        return True
+    stack = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth >= depth_max:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def json_depth_message(depth_max: int) -> str:
+    return (
+        f"The JSON document nests arrays/objects more than {depth_max} levels deep; the limit "
+        f"is {depth_max}: flatten the document."
+    )

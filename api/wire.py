@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from api.broker.broker import ACKS_ALL, ACKS_NONE, Idempotence, ProduceRecord
 from api.errors import ApiError
+from api.limits import JSON_DEPTH_CODE, JSON_DEPTH_MAX, json_depth_exceeds, json_depth_message
 from storage_layout.records import NewRecord
 
 BINARY = "binary"
@@ -115,6 +116,11 @@ def acks_mode(acks: str) -> str:
     return ACKS_NONE if acks == "0" else ACKS_ALL
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_MAX = 2**31 - 1  # partitions and sequences are Kafka int32s
+# Timestamps are stored in microseconds (int64); ISO-8601 text cannot go past year 9999 either.
+TIMESTAMP_MS_MAX = 253_402_300_799_999
+
 _PRODUCER_FIELDS = ("producer_id", "producer_epoch", "base_sequence", "base_sequences")
 
 
@@ -126,6 +132,8 @@ def _int_field(document: dict, name: str) -> int:
     value = document.get(name)
     if not _is_int(value):
         raise _producer_error(f"'{name}' must be an integer when 'producer_id' is given.")
+    if not INT64_MIN <= value <= INT64_MAX:  # stored in int64 columns: a 500 otherwise
+        raise _producer_error(f"'{name}' {value} does not fit in a signed 64-bit integer.")
     return value
 
 
@@ -194,13 +202,46 @@ def _check_header_count(headers: list, limits: RecordLimits, where: str) -> None
 # ---- v2 produce ----------------------------------------------------------------------------
 
 
-def parse_json(body: bytes) -> object:
+def parse_json(body: bytes, *, depth_max: int = JSON_DEPTH_MAX) -> object:
+    """The JSON document of a request body: 422 42206 if empty, 400 if malformed (including
+    invalid UTF-8 and lone surrogates), 422 42213 if nested deeper than `depth_max`."""
+    document = _loads(body, depth_max)
+    # No more brackets than the limit cannot be too deep: most bodies are not walked.
+    brackets = body.count(b"[") + body.count(b"{")
+    if brackets > depth_max and json_depth_exceeds(document, depth_max):
+        raise json_depth_error(depth_max)
+    return document
+
+
+def _loads(body: bytes, depth_max: int) -> object:
+    """parse_json without the depth walk. Produce bodies use it: a walk over every record costs
+    about a fifth of produce parsing, so there only what is encoded again (JSON-embedded keys
+    and values) is checked, by `_dumps_record_json`; anything else deep is refused by type
+    checks or ignored."""
     if not body.strip():
         raise ApiError(422, 42206, "The request body is empty: send a JSON object.")
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as error:
+        if "depth limit" in str(error):  # orjson's own limit (1024), above ours
+            raise json_depth_error(depth_max) from None
         raise ApiError(400, 400, f"The request body is not valid JSON: {error}.") from None
+
+
+def json_depth_error(depth_max: int) -> ApiError:
+    return ApiError(422, JSON_DEPTH_CODE, json_depth_message(depth_max))
+
+
+def _dumps_record_json(data: object, envelope_depth: int) -> bytes:
+    """A JSON-embedded key or value as bytes, refused (422 42213) if its nesting plus the
+    `envelope_depth` around it in the request exceeds JSON_DEPTH_MAX. The depth limit also keeps
+    orjson below its encoding limit (254 levels), which would otherwise be a 500."""
+    if json_depth_exceeds(data, JSON_DEPTH_MAX - envelope_depth):
+        raise json_depth_error(JSON_DEPTH_MAX)
+    try:
+        return orjson.dumps(data)
+    except orjson.JSONEncodeError:
+        raise json_depth_error(JSON_DEPTH_MAX) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +259,7 @@ def parse_v2_produce(
     and `timestamp` (epoch milliseconds or ISO-8601) per record; top-level `producer_id`,
     `producer_epoch` and `base_sequence` / `base_sequences` (idempotent produce).
     """
-    document = parse_json(body)
+    document = _loads(body, JSON_DEPTH_MAX)
     if not isinstance(document, dict):
         raise ApiError(400, 400, "The request body must be a JSON object with 'records'.")
     records = document.get("records")
@@ -276,8 +317,14 @@ def _decode_binary(data: object, index: int | None, field: str) -> bytes | None:
         raise ApiError(400, 400, f"{where}'{field}' is not valid base64.") from None
 
 
+# Containers around a record's key/value in a request: {"records": [{"value": ...}]} and
+# {"value": {"data": ...}}.
+_V2_RECORD_DEPTH = 3
+_V3_DATA_DEPTH = 2
+
+
 def _encode_json(data: object, index: int, field: str) -> bytes | None:
-    return None if data is None else orjson.dumps(data)
+    return None if data is None else _dumps_record_json(data, _V2_RECORD_DEPTH)
 
 
 def _v2_headers(headers: object, index: int, limits: RecordLimits) -> tuple:
@@ -310,15 +357,20 @@ def iso_to_ms(text: str) -> int | None:
 def _timestamp_ms(value: object, index: int) -> int | None:
     if value is None:
         return None
-    if _is_int(value):
-        if value < 0:
-            raise ApiError(422, 422, f"Record {index}: 'timestamp' must not be negative.")
-        return value
     if isinstance(value, str) and (parsed_ms := iso_to_ms(value)) is not None:
-        return parsed_ms
-    raise ApiError(
-        422, 422, f"Record {index}: 'timestamp' must be epoch milliseconds or ISO-8601 text."
-    )
+        value = parsed_ms
+    elif not _is_int(value):
+        raise ApiError(
+            422, 422, f"Record {index}: 'timestamp' must be epoch milliseconds or ISO-8601 text."
+        )
+    if not 0 <= value <= TIMESTAMP_MS_MAX:
+        raise ApiError(
+            422,
+            422,
+            f"Record {index}: 'timestamp' {value} is out of range: use 0 (1970) to "
+            f"{TIMESTAMP_MS_MAX} (9999-12-31T23:59:59.999Z) epoch milliseconds.",
+        )
+    return value
 
 
 def _is_int(value: object) -> bool:
@@ -390,7 +442,7 @@ def _v3_data(section: object, field: str) -> tuple[str | None, bytes | None]:
         if not isinstance(data, str):
             raise ApiError(400, 400, f"'{field}.data' must be a string for type STRING.")
         return kind, data.encode()
-    return kind, orjson.dumps(data)
+    return kind, _dumps_record_json(data, _V3_DATA_DEPTH)
 
 
 def _v3_headers(headers: object, limits: RecordLimits) -> tuple:

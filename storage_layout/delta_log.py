@@ -213,7 +213,13 @@ class DeltaPartitionLog:
     def open(
         cls, table_uri: str, *, tail_records_max: int = 20_000, fenced: bool = True
     ) -> DeltaPartitionLog:
-        """Load the table, check its protocol against the allow-list, build the file index."""
+        """Load the table, check its protocol against the allow-list, build the file index.
+
+        Raises:
+            CorruptPartition: no table there, or (local roots) a damaged commit file.
+        """
+        if paths.is_local(table_uri) and fenced:
+            _check_commit_files(table_uri)
         try:
             dt = DeltaTable(table_uri)
         except TableNotFoundError as error:
@@ -1169,6 +1175,21 @@ def _file_stats(table: pa.Table) -> str:
 def _iso_ms(epoch_ms: int) -> str:
     seconds, millis = divmod(epoch_ms, 1000)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+
+
+def _check_commit_files(table_uri: str) -> None:
+    log_dir = paths.join(_filesystem(table_uri)[1], log_commit.LOG_DIR)
+    try:
+        damaged = log_commit.unreadable_commits(log_dir)
+    except FileNotFoundError:
+        return  # no table: loading it says so
+    except OSError as error:
+        raise StorageUnavailable(f"Cannot read the log of {table_uri}: {error}") from error
+    if damaged:
+        raise CorruptPartition(
+            f"{table_uri}: damaged commit files ({'; '.join(damaged)}); the partition is not "
+            f"served rather than served without them. Restore them from a backup."
+        )
 
 
 def _load_snapshot(dt: DeltaTable, fenced: bool = True) -> LogSnapshot:

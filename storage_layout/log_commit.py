@@ -185,6 +185,40 @@ def last_checkpoint_version(log_dir: str) -> int:
         return -1
 
 
+def unreadable_commits(log_dir: str) -> list[str]:
+    """Commit files after the latest checkpoint that are empty or not JSON lines, each as
+    "<version>: <why>". A commit is written whole and then linked into place, so such a file
+    is damage from outside (a disk, a tool); delta-rs would read an empty one as a commit
+    with no actions and silently drop what it held."""
+    try:
+        floor = last_checkpoint_version(log_dir)
+    except (ValueError, KeyError, TypeError):
+        floor = -1  # a damaged pointer: check every commit file there is
+    damaged = []
+    for name in sorted(os.listdir(log_dir)):
+        stem, _, suffix = name.partition(".")
+        if suffix != "json" or not stem.isdigit() or int(stem) <= floor:
+            continue
+        with open(os.path.join(log_dir, name), "rb") as commit:
+            problem = _commit_problem(commit.read())
+        if problem:
+            damaged.append(f"{int(stem)}: {problem}")
+    return damaged
+
+
+def _commit_problem(payload: bytes) -> str | None:
+    lines = [line for line in payload.split(b"\n") if line.strip()]
+    if not lines:
+        return "empty"
+    for line in lines:
+        try:
+            if not isinstance(json.loads(line), dict):
+                return "a line is not a JSON object"
+        except ValueError:
+            return "not JSON"
+    return None
+
+
 def as_rearrangement(actions: list[dict[str, Any]]) -> Rearrangement | None:
     """The commit as a pure file rearrangement, or None if it changes records, txns,
     metadata or protocol (then the writer must reload and re-check everything)."""

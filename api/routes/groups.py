@@ -20,6 +20,8 @@ from api.forwarding import served_by_coordinator
 from api.groups.assignors import ASSIGNORS
 from api.groups.coordinator import JoinResult
 from api.groups.group import JoinRequest, MemberView, Subscription
+from api.security import access
+from api.wire import INT32_MAX, INT64_MAX
 from storage_layout.consumer_offsets import OffsetCommit
 from storage_layout.records import TopicPartition
 
@@ -43,15 +45,15 @@ class GenerationBody(BaseModel):
 
 class OffsetBody(BaseModel):
     topic: str
-    partition: int = Field(ge=0)
-    offset: int = Field(ge=0, description="The next offset to read (Kafka's meaning)")
+    partition: int = Field(ge=0, le=INT32_MAX)
+    offset: int = Field(ge=0, le=INT64_MAX, description="The next offset to read (Kafka's meaning)")
     metadata: str | None = None
 
 
 class CommitBody(BaseModel):
     member_id: str | None = None
     generation_id: int = Field(-1, description="-1 (with no member) only for an empty group")
-    offsets: list[OffsetBody]
+    offsets: list[OffsetBody] = Field(min_length=1)
 
 
 def _json(body: object, status: int = 200) -> Response:
@@ -96,6 +98,7 @@ async def leave(group: str, member: str, request: Request, broker: BrokerDep) ->
 @router.post("/{group}/offsets", summary="Commit offsets (next offset to read)")
 @served_by_coordinator
 async def commit(group: str, body: CommitBody, request: Request, broker: BrokerDep) -> Response:
+    access.require_topics(request, "READ", (o.topic for o in body.offsets))
     commits = [OffsetCommit(o.topic, o.partition, o.offset, o.metadata) for o in body.offsets]
     await broker.groups.commit(
         group, commits, member_id=body.member_id, generation=body.generation_id

@@ -9,7 +9,9 @@ from starlette.responses import Response
 
 from api.broker.broker import Broker
 from api.deps import BrokerDep
-from api.forwarding import proxy_to_leader
+from api.security import access
+from api.security.node_auth import proxy_to_leader
+from api.wire import TIMESTAMP_MS_MAX
 from storage_layout.catalog import TopicInfo
 
 router = APIRouter(tags=["v2 topics"])
@@ -34,8 +36,9 @@ async def partitions_v2(broker: Broker, topic: TopicInfo) -> list[dict]:
 
 
 @router.get("/topics", summary="List topic names")
-async def list_topics(broker: BrokerDep) -> list[str]:
-    return [topic.name for topic in await broker.list_topics()]
+async def list_topics(request: Request, broker: BrokerDep) -> list[str]:
+    topics = await broker.list_topics()
+    return [t.name for t in topics if access.permits(request, "DESCRIBE", "topic", t.name)]
 
 
 @router.get("/topics/{topic}", summary="Topic metadata: configs and partitions")
@@ -68,6 +71,8 @@ async def get_partition_offsets(
     timestamp: Annotated[
         int | None,
         Query(
+            ge=0,
+            le=TIMESTAMP_MS_MAX,
             description="lakelog extension: also return `timestamp_offset`, the earliest offset "
             "whose timestamp (epoch ms) is >= this (null if none; Kafka's offsetsForTimes)",
         ),

@@ -435,3 +435,20 @@ def test_reads_inside_a_file_rewritten_by_delta_rs(table_uri):
     fetched = log.read(from_offset=2, records_max=10, bytes_max=1_000_000).records
     assert fetched.column("offset").to_pylist() == [2, 3]
     assert fetched.column("value").to_pylist() == [b"v2", b"v3"]
+
+
+@pytest.mark.parametrize("damage", [b"", b"\0" * 64, b'{"add": {"path"'])
+def test_a_damaged_commit_file_fails_the_open(table_uri, damage):
+    """delta-rs reads an empty commit as one without actions: the records it held would be
+    gone from view (and their offsets assigned again). Opening fails loudly instead."""
+    log = DeltaPartitionLog.open(table_uri)
+    log.append(records(2), config=CONFIG)
+    log.append(records(1), config=CONFIG)
+    latest = max(
+        (p for p in os.listdir(os.path.join(table_uri, "_delta_log")) if p.endswith(".json")),
+        key=lambda name: int(name.split(".")[0]),
+    )
+    with open(os.path.join(table_uri, "_delta_log", latest), "wb") as commit:
+        commit.write(damage)
+    with pytest.raises(CorruptPartition, match="damaged commit files"):
+        DeltaPartitionLog.open(table_uri)
