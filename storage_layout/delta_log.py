@@ -240,6 +240,9 @@ class DeltaPartitionLog:
                 self._dt.update_incremental()
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot refresh {self.table_uri}: {error}") from error
+        return self._adopt_loaded_table()
+
+    def _adopt_loaded_table(self) -> LogSnapshot:
         check_protocol(self._dt.protocol(), self.table_uri)
         self._snapshot = _load_snapshot(self._dt, self._fenced)
         self._own_app_versions = {}
@@ -255,8 +258,14 @@ class DeltaPartitionLog:
             self.reload()
             return True
         before = self._dt.version()
-        self.reload()
-        return self._dt.version() != before
+        try:
+            self._dt.update_incremental()  # lists only the log after `before`
+        except (OSError, DeltaError) as error:
+            raise StorageUnavailable(f"Cannot refresh {self.table_uri}: {error}") from error
+        if self._dt.version() == before:
+            return False  # the common case: no file index to rebuild
+        self._adopt_loaded_table()
+        return True
 
     # ---- leadership --------------------------------------------------------------------------
 

@@ -452,3 +452,17 @@ def test_a_damaged_commit_file_fails_the_open(table_uri, damage):
         commit.write(damage)
     with pytest.raises(CorruptPartition, match="damaged commit files"):
         DeltaPartitionLog.open(table_uri)
+
+
+@pytest.mark.parametrize("fenced", [True, False])  # direct commits / delta-rs (object stores)
+def test_catch_up_sees_another_writers_commit_once(table_uri, fenced):
+    reader, writer = (
+        DeltaPartitionLog.open(table_uri, fenced=fenced),
+        DeltaPartitionLog.open(table_uri),
+    )
+    assert not reader.catch_up()
+    writer.append(records(2), config=CONFIG)
+    assert reader.catch_up()
+    assert reader.snapshot.high_watermark == 2 or not fenced  # unfenced: no txn to trust
+    assert len(reader.snapshot.files) == 1
+    assert not reader.catch_up()
