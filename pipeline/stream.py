@@ -551,7 +551,7 @@ class LakelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._refresh(tp)
 
     def _refresh(self, tp: TopicPartition) -> LogSnapshot | None:
-        """`tp`'s latest snapshot (reloading its cached log, else opening it), or None when the
+        """`tp`'s latest snapshot (catching its cached log up, else opening it), or None when the
         partition is gone: its topic was deleted since the catalog was read."""
         try:
             log = self._logs.get(tp)
@@ -559,7 +559,8 @@ class LakelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 log = DeltaPartitionLog.open(paths.partition_table_uri(self._options.root, *tp))
                 self._logs[tp] = log
                 return log.snapshot
-            return log.reload()
+            log.catch_up()  # a stat of the next commit file unless the log moved
+            return log.snapshot
         except (CorruptPartition, StorageUnavailable):
             if tp in self._options.subscription.partitions(self._topics()):
                 raise  # the partition exists: a real storage failure, never skipped
