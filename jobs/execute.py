@@ -154,7 +154,8 @@ def keep_mask(records: pa.Table, *, tombstone_horizon_ms: int) -> pa.ChunkedArra
     """Which records a key compaction keeps: the latest (highest offset) record of each key,
     unless it is a tombstone older than the horizon; records without a key are kept (there is
     nothing to compact them against)."""
-    keyed = records.filter(pc.is_valid(records.column("key")))
+    keys_and_offsets = records.select(["key", "offset"])  # not the values: they are the bulk
+    keyed = keys_and_offsets.filter(pc.is_valid(keys_and_offsets.column("key")))
     latest = keyed.group_by("key").aggregate([("offset", "max")]).column("offset_max")
     is_latest = pc.is_in(records.column("offset"), value_set=latest.combine_chunks())
     horizon = pa.scalar(tombstone_horizon_ms * 1000, pa.timestamp("us", tz="UTC"))

@@ -901,23 +901,44 @@ class DeltaPartitionLog:
             for segment, table in replacements
             if table.num_rows  # a segment whose records all go leaves no file
         ]
+        before = self._snapshot
         if self._direct:
-            committed = self._commit_maintenance_direct(
+            version = self._commit_maintenance_direct(
                 removes, written, operation, data_change, transactions, now_ms
             )
+            committed = version is not None and self._maintenance_visible(version, removes, written)
         else:
+            version = None
             committed = self._commit_maintenance_delta_rs(
                 removes, written, data_change, transactions
             )
         if not committed:
             for data_file, _ in written:
                 self._fs.delete_file(paths.join(self._fs_base, data_file.path))
-        self.reload()
+        if committed and version == before.table_version + 1:
+            # Nothing came in between: the new snapshot is known without reading the table
+            # (a reload costs as much as the whole job on a partition with a long history).
+            self._snapshot = _after_maintenance(before, removes, written, transactions)
+            for txn in transactions:
+                self._own_app_versions[txn.app_id] = txn.version
+        elif self._snapshot is before:
+            self.reload()
         return committed
+
+    def _maintenance_visible(self, version: int, removes, written) -> bool:
+        """As for appends (_check_not_shadowed): a commit created below the latest checkpoint,
+        by a job paused past the log grace, counts only if the reloaded table shows it."""
+        if log_commit.last_checkpoint_version(self._log_dir) <= version:
+            return True
+        live = {f.path for f in self.reload().files}
+        return all(f.path not in live for f in removes) and all(
+            data_file.path in live for data_file, _ in written
+        )
 
     def _commit_maintenance_direct(
         self, removes, written, operation: str, data_change: bool, transactions, now_ms: int
-    ) -> bool:
+    ) -> int | None:
+        """The version committed, or None when a commit in between conflicts."""
         payload = log_commit.maintenance_commit(
             adds=[
                 log_commit.add_action(
@@ -948,11 +969,11 @@ class DeltaPartitionLog:
             while not log_commit.put_if_absent(self._log_dir, version, payload):
                 winner = log_commit.read_commit(self._log_dir, version)
                 if winner is None or not log_commit.keeps_files(winner, removed, app_ids):
-                    return False
+                    return None
                 version += 1
         except OSError as error:
             raise StorageUnavailable(f"Commit to {self.table_uri} failed: {error}") from error
-        return True
+        return version
 
     def _commit_maintenance_delta_rs(self, removes, written, data_change, transactions) -> bool:
         txns = [Transaction(t.app_id, t.version) for t in transactions] or None
@@ -1186,6 +1207,26 @@ def _iso_ms(epoch_ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
+def _after_maintenance(
+    before: LogSnapshot, removes, written, transactions: Sequence[AppTransaction]
+) -> LogSnapshot:
+    """The snapshot after a maintenance commit made right on top of `before`."""
+    removed = {f.path for f in removes}
+    files = [f for f in before.files if f.path not in removed]
+    files += [data_file for data_file, _ in written]
+    removed_bases = {f.min_offset for f in removes}
+    start = next(
+        (t.version for t in transactions if t.app_id == LOG_START_APP_ID), before.start_offset
+    )
+    return dataclasses.replace(
+        before,
+        table_version=before.table_version + 1,
+        files=tuple(sorted(files, key=lambda f: f.min_offset)),
+        tail=tuple(chunk for chunk in before.tail if chunk.base_offset not in removed_bases),
+        start_offset=start,
+    )
+
+
 def _check_commit_files(table_uri: str) -> None:
     log_dir = paths.join(_filesystem(table_uri)[1], log_commit.LOG_DIR)
     try:
@@ -1231,7 +1272,19 @@ def _data_files(dt: DeltaTable) -> list[DataFile]:
     actions = pa.table(dt.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return []
-    columns = actions.to_pydict()
+    # Only the columns used: converting all ~26 add-action columns to Python was most of the
+    # cost of building the index of a table with thousands of files.
+    used = [
+        "path",
+        f"partition.{PARTITION_COLUMN}",
+        "min.offset",
+        "max.offset",
+        "num_records",
+        "size_bytes",
+        "modification_time",
+        "null_count.producer_id",
+    ]
+    columns = actions.select([name for name in used if name in actions.column_names]).to_pydict()
     modification = [_epoch_ms(value) for value in columns["modification_time"]]
     id_nulls = columns.get("null_count.producer_id", [None] * actions.num_rows)
     max_timestamps_ms = _max_timestamps_ms(actions)

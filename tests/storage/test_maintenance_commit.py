@@ -89,3 +89,23 @@ def test_a_maintenance_txn_is_committed_once(uri):
         transactions=[txn],
     )
     assert len(offsets_and_values(uri)) == 6  # the loser removed nothing
+
+
+def test_the_snapshot_after_a_commit_equals_a_reload(uri):
+    """The job's in-memory snapshot after its commit (no reload) matches the table."""
+    job = DeltaPartitionLog.open(uri)
+    segment = job.snapshot.segment_files(4)
+    records = job.read_files(segment)
+    kept = records.filter(pc.equal(records["offset"], 5))
+    assert job.commit_maintenance(
+        removes=job.snapshot.segment_files(0) + segment,
+        replacements=[(4, kept)],
+        operation="COMPACT",
+        data_change=True,
+        transactions=[AppTransaction("log_start", 2), AppTransaction("compaction", 6)],
+    )
+    reloaded = DeltaPartitionLog.open(uri)
+    assert job.snapshot.table_version == reloaded.snapshot.table_version
+    assert [f.path for f in job.snapshot.files] == [f.path for f in reloaded.snapshot.files]
+    assert job.snapshot.log_start_offset == reloaded.snapshot.log_start_offset == 2
+    assert job.app_version("compaction") == reloaded.app_version("compaction") == 6
