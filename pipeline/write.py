@@ -30,6 +30,7 @@ writes; each lives in the partition tables it wrote to (a few dozen bytes per ta
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -37,6 +38,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import httpx
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import (
@@ -54,8 +57,21 @@ from storage_layout.append_wire import INTERNAL_APPEND_PATH, encode_append
 from storage_layout.catalog import TopicCatalog, TopicInfo
 from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.nodes import NodeRegistry
-from storage_layout.partitioner import partition_for_key
+from storage_layout.partitioner import partition_for_key, partitions_for_keys
 from storage_layout.records import AppTransaction, NewRecord
+
+# Arrow writers (pyspark 4.0+ for batch writes, 4.1+ for streams) are handed whole record
+# batches: placed, checked and grouped with Arrow kernels instead of one Python Row at a time.
+try:
+    from pyspark.sql.datasource import DataSourceArrowWriter as _BatchWriterBase
+except ImportError:  # pragma: no cover (older pyspark: the row writer)
+    _BatchWriterBase = DataSourceWriter
+try:
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+except ImportError:  # pragma: no cover
+    _StreamWriterBase = DataSourceStreamWriter
+BATCH_ARROW = _BatchWriterBase is not DataSourceWriter
+STREAM_ARROW = _StreamWriterBase is not DataSourceStreamWriter
 
 CHUNK_RECORDS = 10_000
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -164,26 +180,28 @@ class ChunkCounts(WriterCommitMessage):
     skipped: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
-class LakelogWriter(DataSourceWriter):
-    """`df.write.format("lakelog")`: each task appends its rows (see the module doc)."""
+class LakelogWriter(_BatchWriterBase):
+    """`df.write.format("lakelog")`: each task appends its rows (see the module doc), handed
+    over as Arrow record batches where pyspark can (else as Rows)."""
 
     def __init__(self, options: WriteOptions) -> None:
         self._options = options
 
-    def write(self, rows: Iterator) -> ChunkCounts:
+    def write(self, data: Iterator) -> ChunkCounts:
         task = _task_number()
         app_id = f"spark-write:{self._options.writer_id}:{task}"
-        return write_rows(rows, self._options, app_id=app_id, version_base=0, task=task)
+        write = write_batches if BATCH_ARROW else write_rows
+        return write(data, self._options, app_id=app_id, version_base=0, task=task)
 
 
-class LakelogStreamWriter(DataSourceStreamWriter):
+class LakelogStreamWriter(_StreamWriterBase):
     """`df.writeStream.format("lakelog")`: like a batch write, with txns per micro-batch so a
     batch rerun after a restart from the checkpoint appends nothing twice."""
 
     def __init__(self, options: WriteOptions) -> None:
         self._options = options
 
-    def write(self, rows: Iterator) -> ChunkCounts:
+    def write(self, data: Iterator) -> ChunkCounts:
         context = TaskContext.get()
         query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
         batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
@@ -193,8 +211,9 @@ class LakelogStreamWriter(DataSourceStreamWriter):
                 "version does not set them, so writes cannot be made idempotent."
             )
         task = context.partitionId()
-        return write_rows(
-            rows,
+        write = write_batches if STREAM_ARROW else write_rows
+        return write(
+            data,
             self._options,
             app_id=f"spark:{query_id}:{task}",
             version_base=int(batch_id) * CHUNKS_PER_BATCH,
@@ -231,6 +250,162 @@ def write_rows(
         sink.add(topic, partition, record)
     sink.flush_all()
     return sink.counts
+
+
+def write_batches(
+    batches: Iterable[pa.RecordBatch],
+    options: WriteOptions,
+    *,
+    app_id: str,
+    version_base: int,
+    task: int,
+) -> ChunkCounts:
+    """`write_rows` of Arrow record batches, a whole batch at a time: the same placement,
+    checks, chunks and txns, with per-record work done by Arrow kernels."""
+    sink = _ChunkSink(options, app_id=app_id, version_base=version_base)
+    topics = _Topics(options.root)
+    round_robin = [task]  # the next round-robin number, as write_rows' counter
+    for batch in batches:
+        if batch.num_rows:
+            _write_batch(batch, options, topics, round_robin, sink)
+    sink.flush_all()
+    return sink.counts
+
+
+def _write_batch(
+    batch: pa.RecordBatch, options: WriteOptions, topics: _Topics, round_robin: list[int], sink
+) -> None:
+    columns = dict(zip(batch.schema.names, batch.columns, strict=True))
+    key = _binary(columns.get("key"))
+    value = _binary(columns.get("value"))
+    explicit = columns.get("partition")
+    sizes = _record_sizes(batch.num_rows, key, value, columns.get("headers"))
+    # Round-robin numbers go to keyless rows without a partition, in row order (all topics).
+    keyless = pc.is_null(key) if key is not None else pa.repeat(True, batch.num_rows)
+    if explicit is not None:
+        keyless = pc.and_(keyless, pc.is_null(explicit))
+    ranks = pc.subtract(pc.cumulative_sum(pc.cast(keyless, pa.int64())), 1)
+    spins = pc.if_else(keyless, pc.add(ranks, round_robin[0]), None)
+    round_robin[0] += pc.sum(keyless).as_py() or 0
+    for topic_name, rows in _rows_per_topic(batch, columns, options):
+        topic = topics.get(topic_name)
+
+        def pick(column, rows=rows):
+            return column if column is None or rows is None else column.take(rows)
+
+        topic_sizes = sizes if rows is None else sizes.take(rows)
+        _check_sizes(topic_sizes, topic)
+        partitions = _place_batch(pick(key), pick(explicit), pick(spins), topic)
+        for partition in pc.unique(partitions).to_pylist():
+            chosen = pc.indices_nonzero(pc.equal(partitions, partition))
+            if rows is not None:
+                chosen = rows.take(chosen)
+            records = _records_from_columns(chosen, key, value, columns.get("timestamp"), columns)
+            sink.add_many(topic, partition, records, sizes.take(chosen).to_pylist())
+
+
+def _binary(column: pa.Array | None) -> pa.Array | None:
+    """A key/value column as binary (strings: their utf-8 bytes)."""
+    if column is None or pa.types.is_binary(column.type):
+        return column
+    return column.cast(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary())
+
+
+def _record_sizes(count: int, key, value, headers) -> pa.Array:
+    """`NewRecord.size_bytes` of every row (int64)."""
+    sizes = pa.repeat(pa.scalar(0, pa.int64()), count)
+    for column in (key, value):
+        if column is not None:
+            sizes = pc.add(sizes, pc.fill_null(pc.cast(pc.binary_length(column), pa.int64()), 0))
+    if headers is not None and headers.null_count < count:
+        entries = headers.values  # every row's headers, back to back (offsets index into them)
+        entry_sizes = pc.add(
+            pc.fill_null(pc.cast(pc.binary_length(entries.field("key")), pa.int64()), 0),
+            pc.fill_null(pc.cast(pc.binary_length(entries.field("value")), pa.int64()), 0),
+        )
+        running = pa.concat_arrays(
+            [pa.array([0], pa.int64()), pc.cumulative_sum(entry_sizes).cast(pa.int64())]
+        )
+        offsets = headers.offsets
+        per_row = pc.subtract(running.take(offsets.slice(1)), running.take(offsets.slice(0, count)))
+        sizes = pc.add(sizes, pc.if_else(pc.is_null(headers), 0, per_row))
+    return sizes
+
+
+def _rows_per_topic(batch, columns, options: WriteOptions):
+    """(topic, row indices or None for all rows) per topic of the batch."""
+    if options.topic:
+        return [(options.topic, None)]
+    names = columns["topic"]
+    if names.null_count or pc.any(pc.equal(names, "")).as_py():
+        raise WriteError("A row has no topic: its 'topic' column is NULL and no topic option.")
+    unique = pc.unique(names).to_pylist()
+    if len(unique) == 1:
+        return [(unique[0], None)]
+    return [(name, pc.indices_nonzero(pc.equal(names, name))) for name in unique]
+
+
+def _check_sizes(sizes: pa.Array, topic: TopicInfo) -> None:
+    limit = topic.config.max_message_bytes
+    too_big = pc.greater(sizes, limit)
+    if pc.any(too_big).as_py():
+        first = pc.indices_nonzero(too_big)[0].as_py()
+        size = sizes[first].as_py()
+        raise WriteError(
+            f"A record of {size} bytes exceeds max.message.bytes {limit} of topic "
+            f"'{topic.name}': split the value or raise the topic's max.message.bytes."
+        )
+
+
+def _place_batch(key, explicit, spins, topic: TopicInfo) -> pa.Array:
+    """`_place` of every row: the partition column, else murmur2 of the key, else the row's
+    round-robin number modulo the partitions."""
+    count = topic.partitions
+    choices = []
+    if explicit is not None:
+        bad = pc.or_(pc.less(explicit, 0), pc.greater_equal(explicit, count))
+        if pc.any(bad).as_py():
+            wrong = explicit.filter(bad)[0].as_py()
+            raise WriteError(
+                f"Partition {wrong} does not exist: topic '{topic.name}' has partitions "
+                f"0..{count - 1}."
+            )
+        choices.append(pc.cast(explicit, pa.int64()))
+    if key is not None:
+        choices.append(pc.cast(partitions_for_keys(key, count), pa.int64()))
+    choices.append(pc.remainder(spins, count))
+    return pc.coalesce(*choices) if len(choices) > 1 else choices[0]
+
+
+def _records_from_columns(rows: pa.Array, key, value, timestamp, columns) -> list[NewRecord]:
+    """The NewRecords of `rows` (indices into the batch), in row order."""
+    count = len(rows)
+    nothing = [None] * count
+    keys = nothing if key is None else key.take(rows).to_pylist()
+    values = nothing if value is None else value.take(rows).to_pylist()
+    times = nothing if timestamp is None else _epoch_ms_array(timestamp.take(rows)).to_pylist()
+    headers = columns.get("headers")
+    if headers is None or headers.null_count == len(headers):
+        return [NewRecord(k, v, t) for k, v, t in zip(keys, values, times, strict=True)]
+    pairs = [
+        tuple((h["key"], h["value"]) for h in hs) if hs else ()
+        for hs in headers.take(rows).to_pylist()
+    ]
+    return [NewRecord(*fields) for fields in zip(keys, values, times, pairs, strict=True)]
+
+
+_TIME_UNIT_US = {"s": 1_000_000, "ms": 1_000, "us": 1, "ns": None}
+
+
+def _epoch_ms_array(timestamps: pa.Array) -> pa.Array:
+    """Epoch milliseconds of a timestamp column (truncated toward zero, as `_epoch_ms`)."""
+    raw = pc.cast(timestamps, pa.int64())
+    unit = timestamps.type.unit
+    if unit == "ns":
+        return pc.divide(raw, 1_000_000)
+    if unit == "us":
+        return pc.divide(raw, 1_000)
+    return raw if unit == "ms" else pc.multiply(raw, 1_000)
 
 
 def _record_from_row(row, options: WriteOptions) -> tuple[NewRecord, str, int | None]:
@@ -320,6 +495,26 @@ class _ChunkSink:
         self._sizes[where] = self._sizes.get(where, 0) + record.size_bytes()
         if len(buffer) >= CHUNK_RECORDS or self._sizes[where] >= CHUNK_BYTES:
             self._flush(where)
+
+    def add_many(
+        self, topic: TopicInfo, partition: int, records: list[NewRecord], sizes: list[int]
+    ) -> None:
+        """`add` of each record in turn (`sizes`: their `size_bytes`), a slice at a time:
+        the same chunks as adding them one by one."""
+        where = (topic.name, partition)
+        self._topics[topic.name] = topic
+        start = 0
+        while start < len(records):
+            buffer = self._buffers.setdefault(where, [])
+            end = min(len(records), start + CHUNK_RECORDS - len(buffer))
+            totals = list(itertools.accumulate(sizes[start:end], initial=self._sizes.get(where, 0)))
+            # the first count of records that fills the chunk's bytes (else all of them)
+            stop = start + min(bisect.bisect_left(totals, CHUNK_BYTES, lo=1), end - start)
+            buffer.extend(records[start:stop])
+            self._sizes[where] = totals[stop - start]
+            start = stop
+            if len(buffer) >= CHUNK_RECORDS or self._sizes[where] >= CHUNK_BYTES:
+                self._flush(where)
 
     def flush_all(self) -> None:
         for where in list(self._buffers):
