@@ -67,6 +67,9 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+API_KEY_ENV = "LAKELOG_API_KEY"
+
+
 def _bootstrap(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap-server",
@@ -230,7 +233,11 @@ KEEP_ALIVE_S = 75
 
 
 def _client(args) -> httpx.Client:
-    return httpx.Client(base_url=args.bootstrap_server.rstrip("/"), timeout=60.0)
+    # With authentication on (LAKELOG_AUTH=api-keys), the client commands present the key in
+    # LAKELOG_API_KEY (`<key_id>.<secret>`, as `lakelog api-keys create` prints it).
+    api_key = os.environ.get(API_KEY_ENV)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    return httpx.Client(base_url=args.bootstrap_server.rstrip("/"), timeout=60.0, headers=headers)
 
 
 def _call(client: httpx.Client, method: str, path: str, **kwargs) -> httpx.Response:

@@ -4,6 +4,9 @@ and consumer instances, quotas. The gateway starts once for the module."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import httpx
@@ -214,3 +217,25 @@ def test_produce_quota_answers_429_with_retry_after(env):
     assert_error(throttled, 429, 42901)
     assert int(throttled.headers["Retry-After"]) >= 1
     assert produce(env["alice"], "public.alice", [b"v" * 1024]).status_code == 200  # per principal
+
+
+def test_cli_client_commands_present_lakelog_api_key(env):
+    """`lakelog topics|produce|consume|groups` send LAKELOG_API_KEY; without it, 401."""
+    command = [
+        sys.executable,
+        "-m",
+        "api.cli",
+        "topics",
+        "list",
+        "--bootstrap-server",
+        env["gateway"].url,
+    ]
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("LAKELOG_")}
+    refused = subprocess.run(command, env=plain, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "401" in refused.stderr + refused.stdout
+    keyed = {**plain, "LAKELOG_API_KEY": env["tokens"]["billing"]}
+    listed = subprocess.run(command, env=keyed, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    # billing's ACLs: ALL on payments.*, READ (so DESCRIBE) on public.* as everyone; not misc
+    expected = ["payments.eu", "public.alice", "public.news", "public.q", "public.secret"]
+    assert listed.stdout.split() == expected
