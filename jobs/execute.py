@@ -16,12 +16,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
 from jobs import plans
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog
-from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.delta_log import DeltaPartitionLog, checkpoint_table, vacuum_table
 from storage_layout.records import AppTransaction
 from storage_layout.schema import LOG_START_APP_ID
 
@@ -224,9 +223,7 @@ def _optimized_segments(log: DeltaPartitionLog, plan: plans.OptimizePlan):
 
 def _checkpoint(unit: Unit) -> None:
     """A checkpoint and Delta's own log cleanup, for partitions no gateway keeps (idle)."""
-    table = DeltaTable(paths.partition_table_uri(unit.root, unit.topic, unit.partition))
-    table.create_checkpoint()
-    table.cleanup_metadata()
+    checkpoint_table(paths.partition_table_uri(unit.root, unit.topic, unit.partition))
 
 
 def run_vacuum(unit: Unit, *, retention_ms: int, dry_run: bool) -> Outcome:
@@ -236,11 +233,8 @@ def run_vacuum(unit: Unit, *, retention_ms: int, dry_run: bool) -> Outcome:
     started = time.monotonic()
     uri = paths.partition_table_uri(unit.root, unit.topic, unit.partition)
     plan = plans.plan_vacuum(uri, retention_ms=retention_ms, dry_run=dry_run)
-    deleted = DeltaTable(uri).vacuum(
-        retention_hours=math.ceil(plan.retention_ms / 3_600_000),
-        dry_run=plan.dry_run,
-        enforce_retention_duration=False,  # the plan enforces our own minimum
-        full=False,
+    deleted = vacuum_table(
+        uri, retention_hours=math.ceil(plan.retention_ms / 3_600_000), dry_run=plan.dry_run
     )
     return Outcome(
         job="vacuum",

@@ -1207,6 +1207,32 @@ def _iso_ms(epoch_ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
+def checkpoint_table(table_uri: str) -> None:
+    """Write a checkpoint and run Delta's own log cleanup (jobs, for idle partitions)."""
+    try:
+        table = DeltaTable(table_uri)
+        table.create_checkpoint()
+        table.cleanup_metadata()
+    except (OSError, DeltaError) as error:
+        raise StorageUnavailable(f"Cannot checkpoint {table_uri}: {error}") from error
+
+
+def vacuum_table(table_uri: str, *, retention_hours: int, dry_run: bool) -> list[str]:
+    """Delete (or with `dry_run` list) data files the log removed more than
+    `retention_hours` ago. Lite mode: files the log never committed are not candidates, so a
+    writer's file that is not committed yet is never deleted. The caller enforces its own
+    minimum retention (jobs/plans.py), not delta-rs's 7 days."""
+    try:
+        return DeltaTable(table_uri).vacuum(
+            retention_hours=retention_hours,
+            dry_run=dry_run,
+            enforce_retention_duration=False,
+            full=False,
+        )
+    except (OSError, DeltaError) as error:
+        raise StorageUnavailable(f"Cannot vacuum {table_uri}: {error}") from error
+
+
 def _after_maintenance(
     before: LogSnapshot, removes, written, transactions: Sequence[AppTransaction]
 ) -> LogSnapshot:
