@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
@@ -44,7 +44,25 @@ class CreateAcl(BaseModel):
     permission: str
 
 
-def _filter(**values: str | None) -> AclFilter:
+def acl_filter_query(
+    resource_type: Annotated[str | None, Query()] = None,
+    resource_name: Annotated[str | None, Query()] = None,
+    pattern_type: Annotated[str | None, Query()] = None,
+    principal: Annotated[str | None, Query()] = None,
+    host: Annotated[str | None, Query()] = None,
+    operation: Annotated[str | None, Query()] = None,
+    permission: Annotated[str | None, Query()] = None,
+) -> AclFilter:
+    """The filter of the list and delete routes, from query parameters (`ANY` = no filter)."""
+    values = {
+        "resource_type": resource_type,
+        "resource_name": resource_name,
+        "pattern_type": pattern_type,
+        "principal": principal,
+        "host": host,
+        "operation": operation,
+        "permission": permission,
+    }
     return AclFilter(
         **{k: (None if v is None or v.upper() == "ANY" else v) for k, v in values.items()}
     )
@@ -87,24 +105,9 @@ async def list_acls(
     cluster_id: str,
     request: Request,
     broker: BrokerDep,
-    resource_type: Annotated[str | None, Query()] = None,
-    resource_name: Annotated[str | None, Query()] = None,
-    pattern_type: Annotated[str | None, Query()] = None,
-    principal: Annotated[str | None, Query()] = None,
-    host: Annotated[str | None, Query()] = None,
-    operation: Annotated[str | None, Query()] = None,
-    permission: Annotated[str | None, Query()] = None,
+    acl_filter: Annotated[AclFilter, Depends(acl_filter_query)],
 ) -> dict:
     check_cluster(cluster_id, broker.settings)
-    acl_filter = _filter(
-        resource_type=resource_type,
-        resource_name=resource_name,
-        pattern_type=pattern_type,
-        principal=principal,
-        host=host,
-        operation=operation,
-        permission=permission,
-    )
     store = _store(request)
     await asyncio.to_thread(store.refresh)
     bindings = store.bindings(acl_filter)
@@ -128,24 +131,9 @@ async def delete_acls(
     cluster_id: str,
     request: Request,
     broker: BrokerDep,
-    resource_type: Annotated[str | None, Query()] = None,
-    resource_name: Annotated[str | None, Query()] = None,
-    pattern_type: Annotated[str | None, Query()] = None,
-    principal: Annotated[str | None, Query()] = None,
-    host: Annotated[str | None, Query()] = None,
-    operation: Annotated[str | None, Query()] = None,
-    permission: Annotated[str | None, Query()] = None,
+    acl_filter: Annotated[AclFilter, Depends(acl_filter_query)],
 ) -> dict:
     check_cluster(cluster_id, broker.settings)
-    acl_filter = _filter(
-        resource_type=resource_type,
-        resource_name=resource_name,
-        pattern_type=pattern_type,
-        principal=principal,
-        host=host,
-        operation=operation,
-        permission=permission,
-    )
     if acl_filter == AclFilter():
         raise ApiError(400, 40002, "Give at least one filter (e.g. resource_type=TOPIC).")
     store = _store(request)
