@@ -11,6 +11,7 @@ against real `lakelog serve` processes, ending with the checker's report and fig
 
 from __future__ import annotations
 
+import itertools
 import random
 import statistics
 import tempfile
@@ -117,6 +118,7 @@ class Nemesis:
         self.rng, self.low_s, self.high_s, self.action = rng, low_s, high_s, action
         self.stopped = threading.Event()
         self.errors: list[str] = []
+        self.count = 0  # faults injected
         self.thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
 
     def __enter__(self) -> Nemesis:
@@ -131,6 +133,7 @@ class Nemesis:
         while not self.stopped.wait(self.rng.uniform(self.low_s, self.high_s)):
             try:
                 self.action()
+                self.count += 1
             except Exception as error:  # noqa: BLE001 - a failed fault is reported, not fatal
                 self.errors.append(repr(error))
 
@@ -211,10 +214,13 @@ def run_t1(
     producers: int = 8,
     partitions: int = 3,
     kill_every_s: tuple[float, float] = (2.0, 10.0),
+    kills_min: int = 0,
     workdir: Path | None = None,
     env: dict[str, str] | None = None,
 ) -> RunResult:
-    """T1: idempotent producers across `kill -9` + restarts; 0 anomalies expected."""
+    """T1: idempotent producers across `kill -9` + restarts; 0 anomalies expected. With
+    `kills_min`, the producers send further rounds of `ops` until that many kills happened
+    (or the deadline), so a fast machine cannot finish between two faults."""
     rng = random.Random(seed)
     root = _workdir(workdir, "T1")
     recorder = Recorder(root / "history.jsonl")
@@ -232,7 +238,10 @@ def run_t1(
     deadline = started + duration_s
     try:
         with Nemesis(random.Random(seed + 1), *kill_every_s, cluster.kill_and_restart) as nemesis:
-            _producers_run(clients, ops, partitions, rng, deadline, lambda n, i: (None, f"{n}-{i}"))
+            for round_ in itertools.count():
+                _producers_run(clients, ops, partitions, rng, deadline, _round_values(round_))
+                if nemesis.count >= kills_min or time.monotonic() > deadline:
+                    break
         stopped.set()
         tail_thread.join(30)
         drain = AssignPoller("drain", cluster.endpoint, recorder, topic)
@@ -242,6 +251,13 @@ def run_t1(
         cluster.stop()
         recorder.close()
     return _result("T1", seed, root, recorder, started, cluster, nemesis.errors)
+
+
+def _round_values(round_: int) -> Callable[[str, int], tuple[str | None, str]]:
+    """Unique values per producer, index and round (round 0 keeps the original names)."""
+    if round_ == 0:
+        return lambda name, index: (None, f"{name}-{index}")
+    return lambda name, index: (None, f"{name}-r{round_}-{index}")
 
 
 def _result(name, seed, root, recorder, started, cluster, nemesis_errors, **figures) -> RunResult:

@@ -24,6 +24,7 @@ def t1_result(tmp_path_factory):
         ops=1000,
         producers=4,
         kill_every_s=(1.5, 3.0),  # a restart takes ~4 s: the gateway is up about half the time
+        kills_min=2,  # a fast machine sends 1000 records between two kills
         duration_s=40,
         workdir=tmp_path_factory.mktemp("t1"),
     )
