@@ -5,6 +5,7 @@ the other writer's records; appends handed to the leader with a txn are applied 
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
 
@@ -19,9 +20,21 @@ HTTP_REQUESTS = 40
 DIRECT_APPENDS = 20
 
 
-def all_values(client: httpx.Client, topic: str) -> list[bytes]:
-    """Every record of partition 0 by offset; offsets must be dense from 0."""
-    end = client.get(f"/topics/{topic}/partitions/0/offsets").json()["end_offset"]
+def end_offset(client: httpx.Client, topic: str, *, at_least: int = 0) -> int:
+    """The partition's end offset once it reaches `at_least`: the leader notices another
+    writer's commits within its check interval (FOREIGN_CHECK_INTERVAL_MS), not at once."""
+    deadline = time.monotonic() + 5
+    while True:
+        end = client.get(f"/topics/{topic}/partitions/0/offsets").json()["end_offset"]
+        if end >= at_least or time.monotonic() > deadline:
+            return end
+        time.sleep(0.1)
+
+
+def all_values(client: httpx.Client, topic: str, *, count: int = 0) -> list[bytes]:
+    """Every record of partition 0 by offset (waiting for `count` of them); offsets must be
+    dense from 0."""
+    end = end_offset(client, topic, at_least=count)
     records, offset = [], 0
     while offset < end:
         page = fetch(client, topic, 0, offset, max_bytes=1_000_000).json()
@@ -49,9 +62,9 @@ def test_direct_appends_interleaved_with_http_produce(client, gateway, topic_nam
     thread.join()
     failed = [(a.status_code, a.text) for a in answers if a.status_code != 200]
     assert failed == []  # no produce failed on the other writer's commits
-    values = all_values(client, topic_name)
     expected = {b"warm"} | {f"h{i}".encode() for i in range(HTTP_REQUESTS)}
     expected |= {f"d{i}".encode() for i in range(DIRECT_APPENDS)}
+    values = all_values(client, topic_name, count=len(expected))
     assert sorted(values) == sorted(expected)  # each exactly once
 
 
