@@ -47,19 +47,16 @@ import cProfile
 import io
 import json
 import os
-import platform
 import pstats
 import random
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 from deltalake import DeltaTable
@@ -71,6 +68,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO / "bench"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.produce_fetch import machine_info, report_header  # noqa: E402
 from jobs import execute, plans  # noqa: E402
 from jobs.runner import ENGINE_LOCAL, JobRequest, Summary, run_job  # noqa: E402
 from storage_layout import delta_log, log_commit, paths  # noqa: E402
@@ -732,49 +730,6 @@ COMPACTION_PHASES = [
 ]
 
 
-# ---- machine ------------------------------------------------------------------------------------
-
-
-def machine_info() -> dict:
-    cpu_model = mem_gib = None
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
-
-    def version(package: str) -> str:
-        try:
-            return metadata.version(package)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, check=True, timeout=10
-        ).stdout.strip()
-
-    try:
-        commit = git("rev-parse", "--short", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--", "jobs", "storage_layout"))
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "unknown", None
-    return {
-        "nproc": len(os.sched_getaffinity(0)),
-        "cpu_model": cpu_model,
-        "mem_gib": mem_gib,
-        "kernel": platform.platform(),
-        "python": platform.python_version(),
-        "packages": {name: version(name) for name in ("deltalake", "pyarrow")},
-        "git_commit": commit,
-        "jobs_or_storage_uncommitted": dirty,
-    }
-
-
 # ---- main ---------------------------------------------------------------------------------------
 
 
@@ -852,7 +807,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv]))
-    machine = machine_info()
+    machine = machine_info(Path(args.tmp_dir or tempfile.gettempdir()))
     load_before = [round(x, 2) for x in os.getloadavg()]
     log(f"command: {command}")
     log(f"machine: {json.dumps(machine)}")
@@ -875,18 +830,14 @@ def main(argv: list[str] | None = None) -> int:
     total_s = time.perf_counter() - started
     load_after = [round(x, 2) for x in os.getloadavg()]
 
-    print(f"command: {command}")
-    print(
-        f"machine: {machine['nproc']} CPUs ({machine['cpu_model']}), {machine['mem_gib']} GiB, "
-        f"{machine['kernel']}, python {machine['python']}, "
-        + ", ".join(f"{k} {v}" for k, v in machine["packages"].items())
+    header = report_header(
+        machine,
+        command=command,
+        code_details="jobs run with the local engine",
+        load_before=load_before,
+        load_after=load_after,
     )
-    dirty = (
-        " + uncommitted changes in jobs/ or storage_layout/"
-        if machine["jobs_or_storage_uncommitted"]
-        else ""
-    )
-    print(f"code: git {machine['git_commit']}{dirty}")
+    print("\n".join(header[:3]))  # the load line follows with the per-phase loads
     print(
         f"total {total_s:.0f}s; {args.repeats} runs per point, medians shown; load average "
         f"(1, 5, 15 min) before {load_before}, "

@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.produce_fetch import machine_info  # noqa: E402
+from bench.produce_fetch import machine_info, report_header  # noqa: E402
 from bench.raw_http import RawConnection, RawResponse  # noqa: E402
 from conf.settings import load_settings  # noqa: E402
 from tests.gateway_process import GatewayProcess, start_gateway  # noqa: E402
@@ -506,18 +506,16 @@ def main(argv: list[str] | None = None) -> int:
     total_s = time.monotonic() - bench_start
     load_after = [round(x, 2) for x in os.getloadavg()]
 
-    print(f"command: {command}")
-    print(
-        f"machine: {machine['nproc']} CPUs ({machine['cpu_model']}), {machine['mem_gib']} GiB, "
-        f"{machine['kernel']}, python {machine['python']}, "
-        + ", ".join(f"{k} {v}" for k, v in machine["packages"].items())
+    header = report_header(
+        machine,
+        command=command,
+        code_details=(
+            f"linger_ms {settings.linger_ms}; cluster env {CLUSTER_ENV}; total {total_s:.0f}s"
+        ),
+        load_before=load_before,
+        load_after=load_after,
     )
-    dirty = " + uncommitted changes" if machine["git_uncommitted_changes"] else ""
-    print(
-        f"code: git {machine['git_commit']}{dirty}; linger_ms {settings.linger_ms}; "
-        f"cluster env {CLUSTER_ENV}; total {total_s:.0f}s"
-    )
-    print(f"load average (1, 5, 15 min): before {load_before}, after {load_after}")
+    print("\n".join(header))
     print()
     print(f"### End-to-end latency, produce -> long-poll fetch ({latency_s:g}s per rate)")
     print()

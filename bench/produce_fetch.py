@@ -534,7 +534,7 @@ def bench_fetch(
 # ---- machine ---------------------------------------------------------------------------------
 
 
-def machine_info(tmp_root: Path) -> dict:
+def machine_info(tmp_root: Path, extra_packages: tuple[str, ...] = ()) -> dict:
     cpu_model = "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -565,7 +565,15 @@ def machine_info(tmp_root: Path) -> dict:
         "python": platform.python_version(),
         "packages": {
             name: version(name)
-            for name in ("deltalake", "pyarrow", "fastapi", "uvicorn", "httpx", "orjson")
+            for name in (
+                "deltalake",
+                "pyarrow",
+                "fastapi",
+                "uvicorn",
+                "httpx",
+                "orjson",
+                *extra_packages,
+            )
         },
         "uvloop": version("uvloop"),
         "httptools": version("httptools"),
@@ -588,6 +596,21 @@ def git_state() -> dict:
     except (OSError, subprocess.SubprocessError):
         return {"git_commit": "unknown", "git_uncommitted_changes": None}
     return {"git_commit": commit, "git_uncommitted_changes": bool(changed)}
+
+
+def report_header(
+    machine: dict, *, command: str, code_details: str, load_before, load_after
+) -> list[str]:
+    """The lines every bench report starts with: command, machine, code, load."""
+    packages = ", ".join(f"{k} {v}" for k, v in machine["packages"].items())
+    dirty = " + uncommitted changes" if machine["git_uncommitted_changes"] else ""
+    return [
+        f"command: {command}",
+        f"machine: {machine['nproc']} CPUs ({machine['cpu_model']}), {machine['mem_gib']} GiB, "
+        f"{machine['kernel']}, python {machine['python']}, {packages}",
+        f"code: git {machine['git_commit']}{dirty}; {code_details}",
+        f"load average (1, 5, 15 min): before {load_before}, after {load_after}",
+    ]
 
 
 # ---- report ----------------------------------------------------------------------------------

@@ -75,7 +75,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from functools import reduce
-from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,7 +87,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from deltalake import DeltaTable  # noqa: E402
 from deltalake.exceptions import TableNotFoundError  # noqa: E402
 
-from bench.produce_fetch import machine_info  # noqa: E402
+from bench.produce_fetch import machine_info, report_header  # noqa: E402
 from bench.raw_http import RawConnection, RawResponse  # noqa: E402
 from bench.spark_read import (  # noqa: E402
     NOISY_OTHER_CPU,
@@ -804,12 +803,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     load_before = [round(x, 2) for x in os.getloadavg()]
     tmp_root = Path(tempfile.mkdtemp(prefix="lakelog-spark-stream-", dir=args.tmp_dir))
-    machine = machine_info(tmp_root)
-    for package in ("pyspark", "delta-spark"):
-        try:
-            machine["packages"][package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            machine["packages"][package] = "not installed"
+    machine = machine_info(tmp_root, extra_packages=("pyspark", "delta-spark"))
     log(f"command: {command}")
     log(f"machine: {json.dumps(machine)}")
     log(f"load average before: {load_before}; temp dir {tmp_root}")
@@ -834,18 +828,14 @@ def main(argv: list[str] | None = None) -> int:
     total_s = time.perf_counter() - bench_start
     load_after = [round(x, 2) for x in os.getloadavg()]
 
-    print(f"command: {command}")
-    print(
-        f"machine: {machine['nproc']} CPUs ({machine['cpu_model']}), {machine['mem_gib']} GiB, "
-        f"{machine['kernel']}, python {machine['python']}, "
-        + ", ".join(f"{k} {v}" for k, v in machine["packages"].items())
+    header = report_header(
+        machine,
+        command=command,
+        code_details=f"Spark master {args.master}; total {total_s:.0f}s",
+        load_before=load_before,
+        load_after=load_after,
     )
-    dirty = " + uncommitted changes" if machine["git_uncommitted_changes"] else ""
-    print(
-        f"code: git {machine['git_commit']}{dirty}; Spark master {args.master}; "
-        f"total {total_s:.0f}s"
-    )
-    print(f"load average (1, 5, 15 min): before {load_before}, after {load_after}")
+    print("\n".join(header))
     summary: dict = {}
     if throughput:
         table, summary = render_throughput(throughput)
