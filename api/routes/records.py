@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from api.broker.broker import FetchRequest
 from api.deps import BrokerDep
-from api.security.node_auth import proxy_to_leader
+from api.forwarding import proxy_to_leader
 from api.wire import RECORD_MEDIA_TYPES, fetch_format, records_to_json
 
 router = APIRouter(tags=["records"])

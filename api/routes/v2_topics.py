@@ -9,8 +9,8 @@ from starlette.responses import Response
 
 from api.broker.broker import Broker
 from api.deps import BrokerDep
+from api.forwarding import proxy_to_leader
 from api.security import access
-from api.security.node_auth import proxy_to_leader
 from api.wire import TIMESTAMP_MS_MAX
 from storage_layout.catalog import TopicInfo
 

@@ -20,11 +20,6 @@ import hmac
 import time
 
 import httpx
-from fastapi import Request
-from starlette.responses import Response
-
-from api.broker.broker import Broker
-from api.broker.errors import NotLeader
 
 NODE_HEADER = "x-lakelog-node"
 NODE_CLOCK_SKEW_MS = 60_000
@@ -76,20 +71,3 @@ def install_signing(client: httpx.AsyncClient, secret: bytes, node_id: int) -> N
         )
 
     client.event_hooks["request"] = [*client.event_hooks.get("request", []), add_signature]
-
-
-async def proxy_to_leader(request: Request, broker: Broker, leader_url: str) -> Response:
-    """`api.forwarding.proxy_to_leader` through `broker.http`, so the read is signed."""
-    headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED_HEADERS}
-    try:
-        answer = await broker.http.get(
-            leader_url + request.url.path, params=request.query_params, headers=headers
-        )
-    except httpx.HTTPError as error:
-        raise NotLeader(
-            f"The partition's leader at {leader_url} is unreachable ({type(error).__name__}); "
-            f"retry shortly."
-        ) from None
-    return Response(
-        answer.content, answer.status_code, media_type=answer.headers.get("content-type")
-    )
