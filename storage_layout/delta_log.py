@@ -1423,9 +1423,9 @@ def read_leader(dt: DeltaTable) -> Leadership | None:
     """The leader named by the latest version of a partition table (refreshes `dt`)."""
     try:
         dt.update_incremental()
+        return Leadership.from_version(dt.transaction_version(LEADER_APP_ID))
     except (OSError, DeltaError) as error:
         raise StorageUnavailable(f"Cannot refresh {dt.table_uri}: {error}") from error
-    return Leadership.from_version(dt.transaction_version(LEADER_APP_ID))
 
 
 def load_table(table_uri: str) -> DeltaTable:

@@ -188,9 +188,15 @@ class Leaders:
 
     async def _read_leader(self, key: PartitionKey) -> Leadership | None:
         table = self._tables.get(key)
-        if table is None:
-            uri = paths.partition_table_uri(self._root, *key)
-            table = self._tables[key] = await self._blocking(load_table, uri)
+        if table is not None:
+            try:
+                return await self._blocking(read_leader, table)
+            except StorageError:
+                # The cached table can outlive its files: the topic was deleted and created
+                # again (a maintenance round may have cached it while the delete ran).
+                self._tables.pop(key, None)
+        uri = paths.partition_table_uri(self._root, *key)
+        table = self._tables[key] = await self._blocking(load_table, uri)
         return await self._blocking(read_leader, table)
 
     # ---- keeping leadership where it belongs -----------------------------------------------
