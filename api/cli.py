@@ -199,6 +199,7 @@ def _serve(args) -> int:
     import uvicorn
 
     from api.app import create_app
+    from api.http_protocol import HeadLimits, head_limited_protocol
     from conf.settings import load_settings
 
     settings = load_settings(
@@ -222,6 +223,13 @@ def _serve(args) -> int:
         # equal timeouts a client could reuse a connection the server was just closing, and a
         # request would fail with "server disconnected".
         timeout_keep_alive=KEEP_ALIVE_S,
+        http=head_limited_protocol(
+            HeadLimits(
+                bytes_max=settings.request_head_bytes_max,
+                headers_max=settings.request_headers_max,
+                timeout_ms=settings.request_head_timeout_ms,
+            )
+        ),
     )
     return EXIT_OK
 
