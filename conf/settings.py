@@ -78,7 +78,8 @@ class Settings(BaseSettings):
     # `GET /` needs `Authorization: Bearer <key_id>.<secret>` or Basic `key_id:secret`).
     # `authorizer`: "none" or "acl" (Kafka's ACLs; no matching ACL = deny). Super users skip
     # ACLs (Kafka's `super.users`, ";"- or ","-separated). `cluster_secret` signs node-to-node
-    # requests (required with auth on; the same value on every node).
+    # requests: set it on every node or on none (with auth on, nodes then share one made in
+    # `_meta/principals`).
     auth: Literal["none", "api-keys"] = "none"
     authorizer: Literal["none", "acl"] = "none"
     super_users: str = ""
@@ -106,12 +107,10 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_security(self) -> Settings:
-        if self.auth != "none" and (
-            self.cluster_secret is None or len(self.cluster_secret.get_secret_value()) < 16
-        ):
+        if self.cluster_secret is not None and len(self.cluster_secret.get_secret_value()) < 16:
             raise ValueError(
-                "LAKELOG_CLUSTER_SECRET (16+ characters, the same on every node) is required "
-                "with LAKELOG_AUTH on: nodes sign their requests to each other with it."
+                "LAKELOG_CLUSTER_SECRET must have 16+ characters (the same on every node), or "
+                "be unset: nodes with auth on then share a secret made in the store."
             )
         return self
 

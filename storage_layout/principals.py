@@ -48,6 +48,9 @@ KIND_PRINCIPAL = "principal"
 KIND_API_KEY = "api_key"
 KIND_QUOTA = "quota"
 KIND_PRODUCER = "producer"
+KIND_CLUSTER = "cluster"
+CLUSTER_SECRET_NAME = "secret"
+CLUSTER_SECRET_BYTES = 32
 
 # scrypt with n=2^14, r=8: 16 MiB and ~40 ms per verification (cached by the gateway).
 SCRYPT_N, SCRYPT_R, SCRYPT_P, HASH_BYTES, SALT_BYTES = 1 << 14, 8, 1, 32, 16
@@ -248,6 +251,23 @@ class PrincipalStore:
             self.revoke_key(key.key_id)
         self.table.put(KIND_QUOTA, principal, None)
         return self.table.put(KIND_PRINCIPAL, principal, None)
+
+    # ---- the cluster secret ----
+
+    def cluster_secret(self) -> bytes:
+        """The secret nodes sign their requests to each other with, made on first use.
+
+        Kept in the store so that turning authentication on is one setting: every node on the
+        root reads the same value. Whoever can read the store can already read every topic and
+        add an API key, so keeping it there gives nobody new power. The first node's write
+        wins (create-only); a node that lost the race reads the winner's.
+        """
+        document = self.table.get(KIND_CLUSTER, CLUSTER_SECRET_NAME)
+        if document is None:
+            candidate = {"secret": _b64(secrets.token_bytes(CLUSTER_SECRET_BYTES))}
+            self.table.put(KIND_CLUSTER, CLUSTER_SECRET_NAME, candidate, create_only=True)
+            document = self.table.get(KIND_CLUSTER, CLUSTER_SECRET_NAME)
+        return _unb64(document["secret"])
 
     # ---- API keys ----
 

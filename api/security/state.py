@@ -78,6 +78,8 @@ class SecurityState:
         root = self.settings.data_dir
         self.principals = await asyncio.to_thread(PrincipalStore, root)
         self.acls = await asyncio.to_thread(AclStore, root)
+        if self.auth_enabled and self.cluster_secret is None:
+            self.cluster_secret = await asyncio.to_thread(self.principals.cluster_secret)
         self._rebuild()
         self._refreshed_s = time.monotonic()
 

@@ -25,13 +25,16 @@ TOPIC, PARTITIONS, GROUP = "fw.orders", 6, "fw-group"
 V2 = {"Content-Type": "application/vnd.kafka.v2+json"}
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+@pytest.fixture(scope="module", params=["configured-secret", "stored-secret"])
+def cluster(request, tmp_path_factory):
+    """Two nodes that sign with LAKELOG_CLUSTER_SECRET, or (auth on as the only setting) with
+    the secret the first of them made in the store."""
     data_dir = tmp_path_factory.mktemp("cluster-auth") / "data"
     tokens = make_keys(data_dir, "admin", "alice", "bob")
-    nodes = [
-        start_gateway(data_dir, env={**CLUSTER_ENV, "LAKELOG_NODE_ID": str(n)}) for n in (0, 1)
-    ]
+    env = dict(CLUSTER_ENV)
+    if request.param == "stored-secret":
+        del env["LAKELOG_CLUSTER_SECRET"]
+    nodes = [start_gateway(data_dir, env={**env, "LAKELOG_NODE_ID": str(n)}) for n in (0, 1)]
     time.sleep(0.5)  # both nodes see each other's liveness record
     clients = {
         (name, n): bearer(node.url, token)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import inspect
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,23 @@ def test_stores_are_shared_through_the_root(tmp_path):
     acls = AclStore(str(tmp_path))
     assert acls.add(acl("User:bob", "READ", "t")) and not acls.add(acl("User:bob", "READ", "t"))
     assert len(acls.remove(AclFilter(resource_name="t"))) == 1 and acls.bindings() == []
+
+
+def test_nodes_racing_to_make_the_cluster_secret_all_get_the_same_one(tmp_path):
+    """Auth on without LAKELOG_CLUSTER_SECRET: nodes starting at once on one root each make a
+    candidate; one wins and every node (and a later one) signs with the winner's."""
+    stores = [PrincipalStore(str(tmp_path)) for _ in range(4)]
+    with ThreadPoolExecutor(len(stores)) as pool:
+        secrets_made = list(pool.map(PrincipalStore.cluster_secret, stores))
+    assert len(set(secrets_made)) == 1 and len(secrets_made[0]) == 32
+    assert PrincipalStore(str(tmp_path)).cluster_secret() == secrets_made[0]
+    assert PrincipalStore(str(tmp_path)).principals() == []  # not listed as a principal
+
+
+def test_short_cluster_secret_is_refused_and_none_is_allowed_with_auth_on():
+    with pytest.raises(ValueError, match="16"):
+        Settings(auth="api-keys", cluster_secret="short")
+    assert Settings(auth="api-keys").cluster_secret is None
 
 
 # ---- authorizer --------------------------------------------------------------------------------
