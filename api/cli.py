@@ -198,6 +198,7 @@ def _add_groups(commands) -> None:
 def _serve(args) -> int:
     import uvicorn
 
+    from api import tls
     from api.app import create_app
     from api.http_protocol import HeadLimits, head_limited_protocol
     from conf.settings import load_settings
@@ -209,10 +210,7 @@ def _serve(args) -> int:
         node_id=args.node_id,
         advertised_url=args.advertised_url,
     )
-    print(
-        f"lakelog {VERSION}: serving {settings.data_dir} on http://{settings.host}:{settings.port}",
-        file=sys.stderr,
-    )
+    print(f"lakelog {VERSION}: serving {settings.data_dir} on {settings.url}", file=sys.stderr)
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -230,6 +228,7 @@ def _serve(args) -> int:
                 timeout_ms=settings.request_head_timeout_ms,
             )
         ),
+        **tls.server_options(settings),
     )
     return EXIT_OK
 
@@ -243,9 +242,19 @@ KEEP_ALIVE_S = 75
 def _client(args) -> httpx.Client:
     # With authentication on (LAKELOG_AUTH=api-keys), the client commands present the key in
     # LAKELOG_API_KEY (`<key_id>.<secret>`, as `lakelog api-keys create` prints it).
+    # With TLS, the server is verified against LAKELOG_TLS_CA_FILE (else the system's CAs) and
+    # LAKELOG_TLS_CERT_FILE/KEY_FILE, if set, are presented as the client certificate.
+    from api import tls
+    from conf.settings import load_settings
+
     api_key = os.environ.get(API_KEY_ENV)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    return httpx.Client(base_url=args.bootstrap_server.rstrip("/"), timeout=60.0, headers=headers)
+    return httpx.Client(
+        base_url=args.bootstrap_server.rstrip("/"),
+        timeout=60.0,
+        headers=headers,
+        verify=tls.client_verify(load_settings()),
+    )
 
 
 def _call(client: httpx.Client, method: str, path: str, **kwargs) -> httpx.Response:

@@ -84,6 +84,14 @@ class Settings(BaseSettings):
     authorizer: Literal["none", "acl"] = "none"
     super_users: str = ""
     cluster_secret: SecretStr | None = None
+    # TLS: serve HTTPS with this certificate chain and key (PEM). Nodes, and the CLI, verify
+    # servers against `tls_ca_file` (else the system's CAs) and present the certificate as a
+    # client certificate; `tls_client_auth=required` refuses clients without one signed by
+    # `tls_ca_file` (mutual TLS, at the connection; principals still come from API keys).
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_ca_file: str | None = None
+    tls_client_auth: Literal["none", "required"] = "none"
     # A verified key is trusted this long without re-reading the store (revocation delay).
     auth_cache_ms: int = Field(default=10_000, ge=0)
     # How often ACLs, principals and quota overrides are re-read from the store.
@@ -112,7 +120,26 @@ class Settings(BaseSettings):
                 "LAKELOG_CLUSTER_SECRET must have 16+ characters (the same on every node), or "
                 "be unset: nodes with auth on then share a secret made in the store."
             )
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("LAKELOG_TLS_CERT_FILE and LAKELOG_TLS_KEY_FILE go together.")
+        if self.tls_client_auth == "required" and (
+            self.tls_cert_file is None or self.tls_ca_file is None
+        ):
+            raise ValueError(
+                "LAKELOG_TLS_CLIENT_AUTH=required needs LAKELOG_TLS_CERT_FILE, "
+                "LAKELOG_TLS_KEY_FILE and LAKELOG_TLS_CA_FILE (the clients' certificates' CA)."
+            )
         return self
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_cert_file is not None
+
+    @property
+    def url(self) -> str:
+        """Where other nodes and clients reach this node."""
+        scheme = "https" if self.tls_enabled else "http"
+        return (self.advertised_url or f"{scheme}://{self.host}:{self.port}").rstrip("/")
 
     @property
     def super_user_names(self) -> frozenset[str]:

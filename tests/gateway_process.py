@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ class GatewayProcess:
     url: str
     data_dir: Path
     log_path: Path
+    verify: ssl.SSLContext | bool = True  # how to check its certificate, with TLS on
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -44,8 +46,11 @@ class GatewayProcess:
         return self.log_path.read_text(errors="replace")
 
 
-def start_gateway(data_dir: Path, *, env: dict[str, str] | None = None) -> GatewayProcess:
-    """Run `python -m api.cli serve` with `env` overrides (LAKELOG_*); wait until it answers."""
+def start_gateway(
+    data_dir: Path, *, env: dict[str, str] | None = None, verify: ssl.SSLContext | bool = True
+) -> GatewayProcess:
+    """Run `python -m api.cli serve` with `env` overrides (LAKELOG_*); wait until it answers
+    (over HTTPS, checked with `verify`, when `env` sets LAKELOG_TLS_CERT_FILE)."""
     port = free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir.parent / f"gateway-{port}.log"
@@ -67,7 +72,8 @@ def start_gateway(data_dir: Path, *, env: dict[str, str] | None = None) -> Gatew
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
     )
-    gateway = GatewayProcess(process, f"http://127.0.0.1:{port}", data_dir, log_path)
+    scheme = "https" if "LAKELOG_TLS_CERT_FILE" in (env or {}) else "http"
+    gateway = GatewayProcess(process, f"{scheme}://127.0.0.1:{port}", data_dir, log_path, verify)
     _wait_ready(gateway)
     return gateway
 
@@ -78,7 +84,7 @@ def _wait_ready(gateway: GatewayProcess) -> None:
         if gateway.process.poll() is not None:
             raise RuntimeError(f"gateway exited early:\n{gateway.log_text()}")
         try:
-            if httpx.get(gateway.url + "/", timeout=1.0).status_code == 200:
+            if httpx.get(gateway.url + "/", timeout=1.0, verify=gateway.verify).status_code == 200:
                 return
         except httpx.HTTPError:
             time.sleep(0.1)

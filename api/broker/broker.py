@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from api import tls
 from api.broker.cluster import Cluster, ClusterSettings
 from api.broker.errors import (
     BrokerShuttingDown,
@@ -154,7 +155,10 @@ class Broker:
             fenced=not self.settings.unsafe_disable_fencing,
             fault_point=self.settings.fault_point,
         )
-        self._http = httpx.AsyncClient(timeout=self.settings.forward_timeout_ms / 1000)
+        self._http = httpx.AsyncClient(
+            timeout=self.settings.forward_timeout_ms / 1000,
+            verify=tls.client_verify(self.settings),
+        )
         await self._start_groups()
         self._maintenance = asyncio.get_running_loop().create_task(self._maintain_forever())
 
@@ -185,9 +189,8 @@ class Broker:
 
     def _cluster_settings(self) -> ClusterSettings:
         settings = self.settings
-        url = settings.advertised_url or f"http://{settings.host}:{settings.port}"
         return ClusterSettings(
-            settings.node_id, url.rstrip("/"), settings.lease_ms, settings.heartbeat_ms
+            settings.node_id, settings.url, settings.lease_ms, settings.heartbeat_ms
         )
 
     async def close(self) -> None:
