@@ -46,6 +46,7 @@ CHAOS_SEED ?= 1
 chaos: install
 	$(BIN)/python -m chaos run T1 --seed $(CHAOS_SEED) --ops 20000 --duration-s 300
 	$(BIN)/python -m chaos run T3 --seed $(CHAOS_SEED) --ops 5000 --duration-s 300
+	$(BIN)/python -m chaos run T3g --seed $(CHAOS_SEED) --ops 3000 --duration-s 300
 	$(BIN)/python -m chaos run T4 --seed $(CHAOS_SEED) --ops 3000 --duration-s 300
 	CHAOS_LONG=1 $(BIN)/pytest -q -p no:cacheprovider tests/reliability/test_fuzz.py
 

@@ -19,7 +19,15 @@ A key is a topic partition; every sent value is unique, so a value names one log
 - Group commits: `commit-regress` (a commit below one that completed before it started),
   `commit-beyond-processed` (above the group's max polled offset + 1), `commit-unprocessed`
   (an offset below the final commit never polled by the group), `stale-commit` (a commit of
-  generation g accepted after a member of the group joined generation > g).
+  generation g accepted after a member of the group joined generation > g, or accepted after a
+  gateway restart from a member that had not joined again since).
+
+Gateway restarts (`fault` events of kind `restart`): lakelog keeps group membership in the
+coordinator's memory, so a restart ends every generation, and the restarted coordinator counts
+generations on from the newest one stored with a committed offset: a number handed out before
+the kill but never committed with may be handed out again. Generation numbers are therefore
+compared only within one gateway lifetime (a join by its completion, a commit by its invoke,
+both against the restart events), and across a restart a commit needs a join since it.
 
 Retention: writes below a key's log start (the first position of its final read) are exempt
 from lost-write and unseen. Compacted keys (`compacted` topics) are exempt from lost-write,
@@ -35,11 +43,13 @@ from dataclasses import dataclass, field
 
 from chaos.history import (
     FAIL,
+    GATEWAY_RESTART,
     MODE_SUBSCRIBE,
     OK,
     Assign,
     Commit,
     Event,
+    Fault,
     Poll,
     Send,
     operations,
@@ -133,6 +143,7 @@ class _Facts:
     sends_ok: list[Event] = field(default_factory=list)
     commits: list[tuple[Event, Event]] = field(default_factory=list)
     version: dict[Key, list[int]] = field(default_factory=dict)  # sorted known offsets
+    restarts: list[int] = field(default_factory=list)  # time_ns of gateway restarts, sorted
 
 
 def check(
@@ -179,6 +190,9 @@ def _index(events: list[Event], report: Report) -> _Facts:
             facts.ok_assigns.append(done)
         elif isinstance(op, Commit):
             facts.commits.append((invoke, done))
+        elif isinstance(op, Fault) and op.kind == GATEWAY_RESTART:
+            facts.restarts.append(invoke.time_ns)
+    facts.restarts.sort()
     facts.version = {key: sorted(offsets) for key, offsets in facts.at.items()}
     facts.ok_polls.sort(key=lambda e: e.time_ns)
     return facts
@@ -350,6 +364,48 @@ class _PrefixMax:
         return self.maxima[index - 1] if index else default
 
 
+@dataclass(frozen=True)
+class _Lifetimes:
+    """Gateway lifetimes (0 before the first restart, then one per restart) and when each
+    group member joined, to tell which lifetime a generation belongs to."""
+
+    restarts: list[int]  # time_ns, sorted
+    joins: dict[str, list[int]]  # consumer -> completion times of its ok group joins, sorted
+
+    def of(self, time_ns: int) -> int:
+        return bisect.bisect_right(self.restarts, time_ns)
+
+    def joined_before_restart(self, consumer: str, invoke_ns: int) -> bool:
+        """The consumer's last join before `invoke_ns` was in an earlier gateway lifetime."""
+        times = self.joins.get(consumer, [])
+        index = bisect.bisect_left(times, invoke_ns)
+        return index > 0 and self.of(times[index - 1]) < self.of(invoke_ns)
+
+
+def _lifetimes(facts: _Facts) -> _Lifetimes:
+    joins: dict[str, list[int]] = defaultdict(list)
+    for event in facts.ok_assigns:
+        if event.op.group is not None and event.op.generation is not None:
+            joins[event.op.consumer].append(event.time_ns)
+    return _Lifetimes(facts.restarts, {c: sorted(times) for c, times in joins.items()})
+
+
+def commits_without_rejoin(events: Iterable[Event]) -> Counter:
+    """Outcomes of the group commits sent after a gateway restart by members that had not
+    joined again since (pre-restart generations): each must be refused, `ok` is a
+    stale-commit."""
+    facts = _index(list(events), Report())
+    lifetimes = _lifetimes(facts)
+    outcomes: Counter = Counter()
+    for invoke, done in facts.commits:
+        if invoke.op.generation >= 0 and lifetimes.joined_before_restart(
+            invoke.process, invoke.time_ns
+        ):
+            error = "open" if done is None else done.op.error
+            outcomes["ok" if done is not None and done.type == OK else f"refused:{error}"] += 1
+    return outcomes
+
+
 def _commits(facts: _Facts, report: Report) -> None:
     polled: dict[tuple[str, Key], list[tuple[int, int]]] = defaultdict(list)
     for event in facts.ok_polls:
@@ -357,10 +413,13 @@ def _commits(facts: _Facts, report: Report) -> None:
             continue
         for topic, partition, offset, _ in event.op.records:
             polled[(event.op.group, (topic, partition))].append((event.time_ns, offset))
-    generations: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    lifetimes = _lifetimes(facts)
+    generations: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
     for event in facts.ok_assigns:
         if event.op.group is not None and event.op.generation is not None:
-            generations[event.op.group].append((event.time_ns, event.op.generation))
+            lifetime = lifetimes.of(event.time_ns)
+            generations[(event.op.group, lifetime)].append((event.time_ns, event.op.generation))
+    newest = {key: _PrefixMax(pairs) for key, pairs in generations.items()}
     committed: dict[tuple[str, Key], list[tuple[Event, Event]]] = defaultdict(list)
     for invoke, done in facts.commits:
         if done is not None and done.type == OK:
@@ -368,9 +427,10 @@ def _commits(facts: _Facts, report: Report) -> None:
     for (group, key), pairs in sorted(committed.items()):
         completed = _PrefixMax([(d.time_ns, d.op.offset) for _, d in pairs])
         processed = _PrefixMax(polled[(group, key)])
-        newest = _PrefixMax(generations[group])
         for invoke, done in pairs:
-            _check_commit(report, invoke, done, completed, processed, newest)
+            _check_commit(report, invoke, done, completed, processed)
+            lifetime = lifetimes.of(invoke.time_ns)
+            _check_generation(report, invoke, done, newest.get((group, lifetime)), lifetimes)
         final = max(d.op.offset for _, d in pairs)
         seen = {offset for _, offset in polled[(group, key)]}
         missing = [o for o in _known_between(facts.version.get(key, []), 0, final) if o not in seen]
@@ -381,23 +441,38 @@ def _commits(facts: _Facts, report: Report) -> None:
             )
 
 
-def _check_commit(
-    report: Report,
-    invoke: Event,
-    done: Event,
-    completed: _PrefixMax,
-    processed: _PrefixMax,
-    newest: _PrefixMax,
-) -> None:
+def _example(done: Event) -> dict:
     op = done.op
-    example = {"group": op.group, "key": [op.topic, op.partition], "offset": op.offset}
-    example["op_id"] = done.op_id
+    return {
+        "group": op.group,
+        "key": [op.topic, op.partition],
+        "offset": op.offset,
+        "op_id": done.op_id,
+    }
+
+
+def _check_commit(
+    report: Report, invoke: Event, done: Event, completed: _PrefixMax, processed: _PrefixMax
+) -> None:
+    op, example = done.op, _example(done)
     earlier_max = completed.before(invoke.time_ns)
     if op.offset < earlier_max:
         report.add("commit-regress", {**example, "earlier_max": earlier_max})
     max_processed = processed.before(done.time_ns)
     if op.offset > max_processed + 1:
         report.add("commit-beyond-processed", {**example, "max_processed": max_processed})
-    newer = newest.before(invoke.time_ns)
-    if op.generation >= 0 and newer > op.generation:
-        report.add("stale-commit", {**example, "generation": op.generation, "newer": newer})
+
+
+def _check_generation(
+    report: Report, invoke: Event, done: Event, newest: _PrefixMax | None, lifetimes: _Lifetimes
+) -> None:
+    """Stale: an older generation of this gateway lifetime, or one of an earlier lifetime."""
+    generation = done.op.generation
+    if generation < 0:
+        return  # outside any generation (an admin reset): no member to fence
+    example = {**_example(done), "generation": generation}
+    newer = -1 if newest is None else newest.before(invoke.time_ns)
+    if newer > generation:
+        report.add("stale-commit", {**example, "newer": newer})
+    elif lifetimes.joined_before_restart(invoke.process, invoke.time_ns):
+        report.add("stale-commit", {**example, "joined_before_restart": True})

@@ -257,7 +257,8 @@ class GroupMember:
     Loop: heartbeat, read the committed offsets, fetch a few records per owned partition
     ("process" = the recorded poll), commit the new positions one partition per request. `kill`
     makes it stop at its next `kill_point` without leaving: "after_process" is between
-    processing and commit, "anywhere" the next step of any kind.
+    processing and commit, "anywhere" the next step of any kind. Without `start`, `join` and
+    `commit` are single recorded steps (a test's scripted member).
     """
 
     def __init__(self, name, endpoint, recorder, group, topic, *, instance_id=None, seed=0):
@@ -270,6 +271,8 @@ class GroupMember:
         self.partitions: list[int] = []
         self.kill_point: str | None = None
         self.pause_s = 0.0  # a zombie: stalls this long between process and commit, once
+        self._released: threading.Event | None = None  # a zombie held until this is set
+        self._stalled = threading.Event()
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -286,9 +289,22 @@ class GroupMember:
         """Stalls once for `seconds` between processing and commit (a zombie member)."""
         self.pause_s = seconds
 
+    def hold(self) -> threading.Event:
+        """Stalls once between processing a batch and committing it, until `release`: a zombie
+        across a gateway restart. Returns an event set once it is stalled there."""
+        self._stalled = threading.Event()
+        self._released = threading.Event()
+        return self._stalled
+
+    def release(self) -> None:
+        """Ends a `hold`; a member not stalled yet then does not stall at all."""
+        if self._released is not None:
+            self._released.set()
+
     def leave(self) -> None:
         self.stopped.set()
-        self.thread.join(30)
+        if self.thread.ident is not None:  # started (a scripted member has no thread)
+            self.thread.join(30)
         if self.member_id is not None:
             try:
                 self.http.delete(
@@ -314,25 +330,35 @@ class GroupMember:
         """Runs until killed (True) or stopped (False)."""
         while not self.stopped.is_set():
             if self.member_id is None or not self._heartbeat():
-                self._join()
+                self.join()
                 continue
             if self._dies("before_fetch"):
                 return True
             processed = self._process(self._committed())
             if self._dies("after_process"):
                 return True  # processed, never committed
-            if self.pause_s:
-                time.sleep(self.pause_s)  # past the session timeout: the commit must be refused
-                self.pause_s = 0.0
+            if processed:
+                self._stall()  # only with a batch in hand: a zombie with nothing to commit
             for partition, offset in processed.items():
-                if not self._commit(partition, offset):
+                if not self.commit(partition, offset):
                     break
                 if self._dies("mid_commit"):
                     return True
             time.sleep(0.01)
         return False
 
-    def _join(self) -> None:
+    def _stall(self) -> None:
+        if self.pause_s:
+            time.sleep(self.pause_s)  # past the session timeout: the commit must be refused
+            self.pause_s = 0.0
+        released = self._released
+        if released is not None:
+            self._stalled.set()
+            released.wait()  # the gateway is restarted meanwhile: the commit must be refused
+            self._released = None
+
+    def join(self) -> None:
+        """Joins (again, with its member id if it has one) and takes the assignment."""
         body = {
             "topics": [self.topic],
             "session_timeout_ms": 1500,
@@ -372,7 +398,8 @@ class GroupMember:
         return answer.status_code == 204
 
     def _committed(self) -> dict[int, int]:
-        stored = self.http.get(f"{self.endpoint.url}/groups/{self.group}/offsets").json()
+        answer = self.http.get(f"{self.endpoint.url}/groups/{self.group}/offsets")
+        stored = answer.raise_for_status().json()  # an error answer (restarting): retry
         return {o["partition"]: o["offset"] for o in stored["offsets"] if o["topic"] == self.topic}
 
     def _process(self, committed: dict[int, int]) -> dict[int, int]:
@@ -402,7 +429,8 @@ class GroupMember:
                 done[partition] = records[-1][2] + 1
         return done
 
-    def _commit(self, partition: int, offset: int) -> bool:
+    def commit(self, partition: int, offset: int) -> bool:
+        """Commits `offset` for `partition` in its generation; False when refused."""
         op = Commit(self.group, self.topic, partition, offset, self.generation, self.member_id)
         op_id = self.recorder.invoke(self.name, op)
         body = {

@@ -29,6 +29,9 @@ from typing import Any
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 EVENT_TYPES = (INVOKE, OK, FAIL, INFO)
 MODE_ASSIGN, MODE_SUBSCRIBE = "assign", "subscribe"
+# Fault kinds of the gateway process. The checker reads restarts: group membership lives in the
+# coordinator's memory, so a restart ends every member's generation.
+GATEWAY_KILL, GATEWAY_RESTART = "kill", "restart"
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +230,8 @@ __all__ = [
     "Event",
     "FAIL",
     "Fault",
+    "GATEWAY_KILL",
+    "GATEWAY_RESTART",
     "INFO",
     "INVOKE",
     "MODE_ASSIGN",

@@ -1,10 +1,12 @@
-"""Fault scenarios T1, T3 and T4 of the reliability plan (§6), each a seeded, recorded run
+"""Fault scenarios T1, T3, T3g and T4 of the reliability plan (§6), each a seeded, recorded run
 against real `lakelog serve` processes, ending with the checker's report and figures.
 
 - T1: idempotent producers while the gateway is `kill -9`ed and restarted on the same data
   directory; a tailing assign-mode poller; a final drain. Recovery = kill to first acked send.
 - T3: group members (native API) consuming with commits, killed repeatedly at chosen points
   (between process and commit, mid-commit, anywhere), replaced by new or static members.
+- T3g: the same group while the gateway itself is `kill -9`ed and restarted; the members keep
+  running and must join again. Recovery = kill to first accepted commit.
 - T4: retention and key compaction jobs (engine local) every few seconds during produce and
   poll traffic; probes below the log start must get 416, never shifted records.
 """
@@ -25,9 +27,23 @@ from pathlib import Path
 import httpx
 
 from chaos.check import COMPACTED_PREFIX, CONFIG_FAULT
-from chaos.checker import Report, check
+from chaos.checker import Report, check, commits_without_rejoin
 from chaos.clients import AssignPoller, Endpoint, GroupMember, IdempotentProducer
-from chaos.history import OK, Fault, Recorder, Send, operations
+from chaos.history import (
+    GATEWAY_KILL,
+    GATEWAY_RESTART,
+    INVOKE,
+    OK,
+    Assign,
+    Commit,
+    Event,
+    Fault,
+    Poll,
+    Recorder,
+    Send,
+    load,
+    operations,
+)
 from tests.gateway_process import GatewayProcess, start_gateway
 
 DRAIN_TIMEOUT_S = 120.0
@@ -44,6 +60,7 @@ class RunResult:
     elapsed_s: float
     faults: Counter = field(default_factory=Counter)
     recovery_ms: list[float] = field(default_factory=list)
+    recovery_of: str = "first ack"  # what counts as recovered after a kill
     figures: dict[str, object] = field(default_factory=dict)
 
     @property
@@ -58,9 +75,7 @@ class RunResult:
         ]
         if self.recovery_ms:
             lines.append(
-                f"recovery ms (kill -> first ack): n={len(self.recovery_ms)} "
-                f"p50={percentile(self.recovery_ms, 50):.0f} "
-                f"p99={percentile(self.recovery_ms, 99):.0f} max={max(self.recovery_ms):.0f}"
+                f"recovery ms (kill -> {self.recovery_of}): {quantiles_text(self.recovery_ms)}"
             )
         lines.extend(f"{name}: {value}" for name, value in self.figures.items())
         lines.append(self.report.text())
@@ -72,6 +87,15 @@ def percentile(values: list[float], p: float) -> float:
     if len(ordered) == 1:
         return ordered[0]
     return statistics.quantiles(ordered, n=100, method="inclusive")[min(98, max(0, int(p) - 1))]
+
+
+def quantiles_text(values_ms: list[float]) -> str:
+    if not values_ms:
+        return "n=0"
+    return (
+        f"n={len(values_ms)} p50={percentile(values_ms, 50):.0f} "
+        f"p99={percentile(values_ms, 99):.0f} max={max(values_ms):.0f}"
+    )
 
 
 class Cluster:
@@ -91,11 +115,13 @@ class Cluster:
         self.gateway.process.kill()  # kill -9 (harmless if it already exited)
         self.gateway.process.wait()
         self.kills.append(time.monotonic_ns())
-        self.recorder.fault("kill", self.gateway.url)
+        self.recorder.fault(GATEWAY_KILL, self.gateway.url)
         time.sleep(down_s)
         self.gateway = start_gateway(self.data_dir, env=self.env)
+        # Recorded before the endpoint gives clients the new port: the checker dates group
+        # generations by the restart (only the old process answered before it).
+        self.recorder.fault(GATEWAY_RESTART, self.gateway.url)
         self.endpoint.set(self.gateway.url)
-        self.recorder.fault("restart", self.gateway.url)
 
     def stop(self) -> None:
         self.gateway.stop()
@@ -138,12 +164,30 @@ class Nemesis:
                 self.errors.append(repr(error))
 
 
-def recovery_times_ms(events, kills_ns: list[int]) -> list[float]:
-    """Per kill: time to the first acked send completed after it."""
-    acks = sorted(e.time_ns for e in events if e.type == OK and isinstance(e.op, Send))
+@dataclass(frozen=True)
+class Progress:
+    """What counts as working again after a kill: the end of a recovery time."""
+
+    label: str
+    made_by: Callable[[Event], bool]
+
+
+ACKED_SEND = Progress("first ack", lambda e: e.type == OK and isinstance(e.op, Send))
+ACCEPTED_COMMIT = Progress(
+    "first accepted commit", lambda e: e.type == OK and isinstance(e.op, Commit)
+)
+MEMBER_POLL = Progress(
+    "first member poll",
+    lambda e: e.type == OK and isinstance(e.op, Poll) and e.op.group is not None,
+)
+
+
+def recovery_times_ms(events, kills_ns: list[int], progress: Progress = ACKED_SEND) -> list[float]:
+    """Per kill: time to the first `progress` event completed after it."""
+    done = sorted(e.time_ns for e in events if e.type != INVOKE and progress.made_by(e))
     times = []
     for kill in kills_ns:
-        later = [t for t in acks if t > kill]
+        later = [t for t in done if t > kill]
         if later:
             times.append((later[0] - kill) / 1e6)
     return times
@@ -152,6 +196,23 @@ def recovery_times_ms(events, kills_ns: list[int]) -> list[float]:
 def _workdir(base: Path | None, name: str) -> Path:
     root = Path(tempfile.mkdtemp(prefix=f"chaos-{name}-", dir=base))
     return root
+
+
+def _produce_rounds(
+    producers: list[IdempotentProducer],
+    ops: int,
+    partitions: int,
+    rng: random.Random,
+    deadline: float,
+    nemesis: Nemesis,
+    kills_min: int,
+) -> None:
+    """Rounds of `ops` sends until the nemesis struck `kills_min` times (or the deadline), so
+    a fast machine cannot finish between two faults."""
+    for round_ in itertools.count():
+        _producers_run(producers, ops, partitions, rng, deadline, _round_values(round_))
+        if nemesis.count >= kills_min or time.monotonic() > deadline:
+            return
 
 
 def _producers_run(
@@ -238,10 +299,7 @@ def run_t1(
     deadline = started + duration_s
     try:
         with Nemesis(random.Random(seed + 1), *kill_every_s, cluster.kill_and_restart) as nemesis:
-            for round_ in itertools.count():
-                _producers_run(clients, ops, partitions, rng, deadline, _round_values(round_))
-                if nemesis.count >= kills_min or time.monotonic() > deadline:
-                    break
+            _produce_rounds(clients, ops, partitions, rng, deadline, nemesis, kills_min)
         stopped.set()
         tail_thread.join(30)
         drain = AssignPoller("drain", cluster.endpoint, recorder, topic)
@@ -260,7 +318,9 @@ def _round_values(round_: int) -> Callable[[str, int], tuple[str | None, str]]:
     return lambda name, index: (None, f"{name}-r{round_}-{index}")
 
 
-def _result(name, seed, root, recorder, started, cluster, nemesis_errors, **figures) -> RunResult:
+def _result(
+    name, seed, root, recorder, started, cluster, nemesis_errors, progress=ACKED_SEND, **figures
+) -> RunResult:
     events = recorder.events
     compacted = {
         e.op.detail.removeprefix(COMPACTED_PREFIX)
@@ -274,7 +334,8 @@ def _result(name, seed, root, recorder, started, cluster, nemesis_errors, **figu
         name, seed, root / "history.jsonl", report, time.monotonic() - started, faults
     )
     if cluster is not None:
-        result.recovery_ms = recovery_times_ms(events, cluster.kills)
+        result.recovery_ms = recovery_times_ms(events, cluster.kills, progress)
+        result.recovery_of = progress.label
     result.figures.update(figures)
     if nemesis_errors:
         result.figures["nemesis errors"] = nemesis_errors[:3]
@@ -290,92 +351,207 @@ def _send_errors(events) -> dict[str, int]:
     return dict(errors.most_common(6))
 
 
-# ---- T3 ---------------------------------------------------------------------------------------
+# ---- T3 and T3g -------------------------------------------------------------------------------
 
 KILL_POINTS = ("after_process", "mid_commit", "before_fetch", "anywhere", "zombie")
 ZOMBIE_PAUSE_S = 2.5  # above the 1.5 s session timeout: the member is evicted meanwhile
+# How long T3g's nemesis waits for its zombie to stall with a processed batch before it kills
+# the gateway anyway (the group may have nothing to read at that moment).
+ZOMBIE_STALL_WAIT_S = 3.0
+
+
+class _Team:
+    """The group's members by slot; nemesis actions replace or hold them under `lock`."""
+
+    def __init__(self, endpoint, recorder, group, topic, rng, seed, size) -> None:
+        self.endpoint, self.recorder, self.group, self.topic = endpoint, recorder, group, topic
+        self.rng, self.seed = rng, seed
+        self.lock = threading.Lock()
+        self._numbers = itertools.count()  # member names are unique over the run
+        self.members = [self.new_member(slot) for slot in range(size)]
+
+    def new_member(self, slot: int) -> GroupMember:
+        static = self.rng.random() < 0.5  # half come back under their slot's instance id
+        instance = f"static-{slot}" if static else None
+        name = f"member-{slot}-{next(self._numbers)}"
+        return GroupMember(
+            name,
+            self.endpoint,
+            self.recorder,
+            self.group,
+            self.topic,
+            instance_id=instance,
+            seed=self.seed,
+        ).start()
+
+    def leave(self) -> None:
+        with self.lock:
+            for member in self.members:
+                member.leave()
+
+
+def _member_killer(team: _Team, cluster: Cluster, rng: random.Random) -> Callable[[], None]:
+    """T3's fault: one member dies at a chosen point and a new one takes its slot. The first
+    fault is always a zombie (stalls past its session, then commits): stale commits happen."""
+    faults_done: list[str] = []
+
+    def kill_one() -> None:
+        with team.lock:
+            slot = rng.randrange(len(team.members))
+            point = rng.choice(KILL_POINTS) if faults_done else "zombie"
+            faults_done.append(point)
+            victim = team.members[slot]
+            if point == "zombie":
+                victim.pause(ZOMBIE_PAUSE_S)
+                team.recorder.fault("pause-member", f"{victim.name} for {ZOMBIE_PAUSE_S}s")
+                return
+            victim.kill(point)
+            team.recorder.fault("kill-member", f"{victim.name} at {point}")
+            team.members[slot] = team.new_member(slot)
+
+    return kill_one
+
+
+def _gateway_killer(team: _Team, cluster: Cluster, rng: random.Random) -> Callable[[], None]:
+    """T3g's fault: kill -9 and restart the gateway while one member holds a batch processed
+    before the kill; released after the restart, it commits with its pre-restart member id and
+    generation, which the restarted gateway must refuse."""
+
+    def restart_under_a_zombie() -> None:
+        with team.lock:
+            zombie = rng.choice(team.members)
+        stalled = zombie.hold()
+        try:
+            if stalled.wait(ZOMBIE_STALL_WAIT_S):
+                team.recorder.fault("hold-member", f"{zombie.name} across the restart")
+            cluster.kill_and_restart()
+        finally:
+            zombie.release()
+
+    return restart_under_a_zombie
+
+
+@dataclass(frozen=True)
+class _GroupRun:
+    """A T3-style run: the group, its traffic and which fault the nemesis injects."""
+
+    name: str
+    seed: int
+    ops: int
+    fault: Callable[[_Team, Cluster, random.Random], Callable[[], None]]
+    fault_every_s: tuple[float, float]
+    duration_s: float = 600.0
+    members: int = 3
+    partitions: int = 3
+    kills_min: int = 0  # production goes on in rounds until the nemesis struck this often
+    catch_up_s: float = 60.0
+    workdir: Path | None = None
 
 
 def run_t3(
-    *,
-    seed: int,
-    ops: int,
-    duration_s: float = 600.0,
-    members: int = 3,
-    partitions: int = 3,
-    kill_every_s: tuple[float, float] = (1.0, 3.0),
-    catch_up_s: float = 60.0,
-    workdir: Path | None = None,
+    *, seed: int, ops: int, kill_every_s: tuple[float, float] = (1.0, 3.0), **options
 ) -> RunResult:
-    """T3: members killed mid-batch; commits checked against what the group processed."""
-    rng = random.Random(seed)
-    root = _workdir(workdir, "T3")
+    """T3: members killed mid-batch; commits checked against what the group processed.
+    `options`: the other fields of `_GroupRun` (duration_s, members, workdir, ...)."""
+    plan = _GroupRun("T3", seed, ops, _member_killer, kill_every_s, **options)
+    result, commits = _run_group(plan)
+    stale_rejected = commits.get("fail:40910", 0) + commits.get("fail:40911", 0)
+    result.figures["stale commits rejected (40910/40911)"] = stale_rejected
+    return result
+
+
+def run_t3g(
+    *, seed: int, ops: int, kill_every_s: tuple[float, float] = (2.0, 8.0), **options
+) -> RunResult:
+    """T3g: the gateway kill -9ed and restarted (same data directory, new port) under a running
+    group; a pre-restart member's commit must be refused and the group must catch up.
+    `options`: the other fields of `_GroupRun` (duration_s, kills_min, workdir, ...)."""
+    plan = _GroupRun("T3g", seed, ops, _gateway_killer, kill_every_s, **options)
+    result, _ = _run_group(plan, progress=ACCEPTED_COMMIT)
+    events = load(result.history_path)
+    without_rejoin = commits_without_rejoin(events)
+    result.figures["commits after a restart without rejoining"] = dict(without_rejoin)
+    polls_ms = recovery_times_ms(events, _kill_times(events), MEMBER_POLL)
+    result.figures[f"recovery ms (kill -> {MEMBER_POLL.label})"] = quantiles_text(polls_ms)
+    generations = _generations_around_kills(events)
+    result.figures["generation before kill -> after restart"] = ", ".join(
+        f"{before}->{after}" for before, after in generations
+    )
+    result.figures["generation numbers handed out again"] = sum(a <= b for b, a in generations)
+    if result.faults[GATEWAY_RESTART] and not sum(without_rejoin.values()):
+        result.figures["violations"].append("no pre-restart commit reached a restarted gateway")
+    return result
+
+
+def _run_group(plan: _GroupRun, progress: Progress = ACKED_SEND) -> tuple[RunResult, dict]:
+    """Producer, members and nemesis of a T3-style run; returns the result and the commit
+    outcomes."""
+    rng = random.Random(plan.seed)
+    root = _workdir(plan.workdir, plan.name)
     recorder = Recorder(root / "history.jsonl")
     started = time.monotonic()
     cluster = Cluster(root / "data", recorder)
-    topic, group = f"t3-{seed}", f"g3-{seed}"
-    create_topic(cluster.endpoint.url, topic, partitions)
+    topic, group = f"{plan.name.lower()}-{plan.seed}", f"g{plan.name[1:].lower()}-{plan.seed}"
+    create_topic(cluster.endpoint.url, topic, plan.partitions)
     producer = IdempotentProducer("producer", cluster.endpoint, recorder, topic)
-    deadline = started + duration_s
-    names = iter(range(1_000_000))
-
-    def member(slot: int) -> GroupMember:
-        static = rng.random() < 0.5
-        instance = f"static-{slot}" if static else None
-        name = f"member-{slot}-{next(names)}"
-        return GroupMember(
-            name, cluster.endpoint, recorder, group, topic, instance_id=instance, seed=seed
-        ).start()
-
-    team = [member(slot) for slot in range(members)]
-    team_lock = threading.Lock()
-    faults_done: list[str] = []  # the first fault is always a zombie: stale commits happen
-
-    def kill_one() -> None:
-        with team_lock:
-            slot = rng.randrange(members)
-            point = rng.choice(KILL_POINTS) if faults_done else "zombie"
-            faults_done.append(point)
-            if point == "zombie":
-                team[slot].pause(ZOMBIE_PAUSE_S)
-                recorder.fault("pause-member", f"{team[slot].name} for {ZOMBIE_PAUSE_S}s")
-                return
-            team[slot].kill(point)
-            recorder.fault("kill-member", f"{team[slot].name} at {point}")
-            team[slot] = member(slot)
-
+    team = _Team(cluster.endpoint, recorder, group, topic, rng, plan.seed, plan.members)
+    fault = plan.fault(team, cluster, rng)
+    deadline = started + plan.duration_s
     try:
-        with Nemesis(random.Random(seed + 1), *kill_every_s, kill_one) as nemesis:
-            _producers_run(
-                [producer], ops, partitions, rng, deadline, lambda n, i: (None, f"{n}-{i}")
+        with Nemesis(random.Random(plan.seed + 1), *plan.fault_every_s, fault) as nemesis:
+            _produce_rounds(
+                [producer], plan.ops, plan.partitions, rng, deadline, nemesis, plan.kills_min
             )
-            time.sleep(kill_every_s[1])
-        caught_up = _wait_caught_up(cluster.endpoint.url, group, topic, partitions, catch_up_s)
-        with team_lock:
-            for each in team:
-                each.leave()
+            time.sleep(plan.fault_every_s[1])  # faults go on while the group catches up
+        url = cluster.endpoint.url
+        caught_up = _wait_caught_up(url, group, topic, plan.partitions, plan.catch_up_s)
+        team.leave()
         drain = AssignPoller("drain", cluster.endpoint, recorder, topic)
-        drain.drain(range(partitions), deadline=time.monotonic() + DRAIN_TIMEOUT_S)
+        drain.drain(range(plan.partitions), deadline=time.monotonic() + DRAIN_TIMEOUT_S)
     finally:
         cluster.stop()
         recorder.close()
     commits = _commit_outcomes(recorder.events)
     violations = [] if caught_up else ["group did not catch up to the high watermarks"]
-    return _result(
-        "T3",
-        seed,
+    result = _result(
+        plan.name,
+        plan.seed,
         root,
         recorder,
         started,
-        None,
+        cluster,
         nemesis.errors,
+        progress,
         commits=commits,
-        **{
-            "stale commits rejected (40910/40911)": commits.get("fail:40910", 0)
-            + commits.get("fail:40911", 0)
-        },
         violations=violations,
     )
+    return result, commits
+
+
+def _kill_times(events: list[Event]) -> list[int]:
+    return [
+        e.time_ns
+        for e in events
+        if e.type == INVOKE and isinstance(e.op, Fault) and e.op.kind == GATEWAY_KILL
+    ]
+
+
+def _generations_around_kills(events: list[Event]) -> list[tuple[int, int]]:
+    """Per gateway kill: the newest generation joined since the previous kill, and the first
+    one joined after it (the restarted coordinator's numbering)."""
+    joins = [
+        (e.time_ns, e.op.generation)
+        for e in events
+        if e.type == OK and isinstance(e.op, Assign) and e.op.generation is not None
+    ]
+    kills = _kill_times(events)
+    pairs = []
+    for previous, kill in zip([0, *kills], kills, strict=False):
+        before = [g for t, g in joins if previous < t < kill]
+        after = [g for t, g in joins if t > kill]
+        if before and after:
+            pairs.append((max(before), after[0]))
+    return pairs
 
 
 def _commit_outcomes(events) -> dict[str, int]:
@@ -530,6 +706,6 @@ def _probe_below_log_start(endpoint: Endpoint, recorder: Recorder, topic: str) -
     return Counter({"416" if code == "41601" else code: 1})
 
 
-SCENARIOS = {"T1": run_t1, "T3": run_t3, "T4": run_t4}
+SCENARIOS = {"T1": run_t1, "T3": run_t3, "T3g": run_t3g, "T4": run_t4}
 
-__all__ = ["SCENARIOS", "RunResult", "run_t1", "run_t3", "run_t4"]
+__all__ = ["SCENARIOS", "RunResult", "run_t1", "run_t3", "run_t3g", "run_t4"]

@@ -1,16 +1,32 @@
-"""Bounded T1, T3 and T4 runs against real gateway processes: the checker finds 0 anomalies,
-and it does find them in a deliberately broken run and in doctored copies of a real history.
+"""Bounded T1, T3, T3g and T4 runs against real gateway processes: the checker finds 0
+anomalies, and it does find them in a deliberately broken run and in doctored copies of a real
+history.
 
 Long versions: `make chaos` (RELIABILITY.md)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from chaos.checker import check
-from chaos.clients import AssignPoller, IdempotentProducer
-from chaos.history import INFO, OK, Poll, Recorder, Send, load, with_op
-from chaos.scenarios import Cluster, create_topic, run_t1, run_t3, run_t4
+from chaos.checker import check, commits_without_rejoin
+from chaos.clients import AssignPoller, GroupMember, IdempotentProducer
+from chaos.history import (
+    FAIL,
+    GATEWAY_RESTART,
+    INFO,
+    OK,
+    Assign,
+    Commit,
+    Fault,
+    Poll,
+    Recorder,
+    Send,
+    load,
+    with_op,
+)
+from chaos.scenarios import Cluster, create_topic, run_t1, run_t3, run_t3g, run_t4
 
 pytestmark = pytest.mark.gateway
 
@@ -110,6 +126,154 @@ def test_t3_group_members_killed_mid_batch(tmp_path):
     assert result.valid, result.text()
     assert result.faults["kill-member"] >= 2 and result.faults["pause-member"] == 1
     assert result.report.operations[("commit", "ok")] > 10
+
+
+@pytest.fixture(scope="module")
+def t3g_result(tmp_path_factory):
+    return run_t3g(
+        seed=7,
+        ops=600,
+        kill_every_s=(1.0, 2.5),
+        kills_min=2,  # production goes on until the gateway was restarted twice
+        duration_s=40,
+        workdir=tmp_path_factory.mktemp("t3g"),
+    )
+
+
+def test_t3g_group_across_gateway_kill_9_restarts(t3g_result):
+    """T3g: across kill -9 + restart of the gateway, commits never regress or pass what was
+    processed, a member holding a pre-restart generation is refused, the group catches up."""
+    result = t3g_result
+    assert result.valid, result.text()
+    assert result.faults["restart"] >= 2 and result.faults["hold-member"] >= 1, result.text()
+    without_rejoin = result.figures["commits after a restart without rejoining"]
+    assert without_rejoin.get("refused:40911", 0) >= 1 and "ok" not in without_rejoin
+    assert result.report.operations[("commit", "ok")] > 10
+    assert result.recovery_ms and max(result.recovery_ms) < 30_000, result.text()
+
+
+def _first_restart_ns(events) -> int:
+    return next(
+        e.time_ns for e in events if isinstance(e.op, Fault) and e.op.kind == GATEWAY_RESTART
+    )
+
+
+def _group_commits(events, outcome: str) -> list[int]:
+    return [i for i, e in enumerate(events) if e.type == outcome and isinstance(e.op, Commit)]
+
+
+def _regressed_commit(events, restart_ns: int) -> tuple[int, int]:
+    """A commit accepted after the restart, and the highest offset accepted before it for
+    the same partition (> 0, so the commit can be moved below it)."""
+    highest: dict[int, int] = {}
+    for index in _group_commits(events, OK):
+        op = events[index].op
+        if events[index].time_ns < restart_ns:
+            highest[op.partition] = max(op.offset, highest.get(op.partition, 0))
+        elif highest.get(op.partition, 0) > 0:
+            return index, highest[op.partition]
+    raise AssertionError("no commit after the restart on a partition committed before it")
+
+
+def _without_record(event, topic: str, partition: int, offset: int):
+    """The event without (topic, partition, offset) if it is a group member's poll."""
+    if not (isinstance(event.op, Poll) and event.op.group is not None):
+        return event
+    kept = tuple(r for r in event.op.records if r[:3] != (topic, partition, offset))
+    return with_op(event, records=kept)
+
+
+def test_the_checker_finds_group_anomalies_in_a_doctored_t3g_history(t3g_result):
+    """The real T3g history, doctored: the refused pre-restart commit accepted is a
+    stale-commit; a post-restart commit moved below a pre-restart one is a commit-regress; an
+    offset the group never polled below the final commit is commit-unprocessed."""
+    events = load(t3g_result.history_path)
+    restart_ns = _first_restart_ns(events)
+    refused = next(i for i in _group_commits(events, FAIL) if events[i].op.error == "40911")
+    accepted = list(events)
+    accepted[refused] = replace(
+        events[refused], type=OK, op=replace(events[refused].op, error=None)
+    )
+    report = check(accepted)
+    assert [e["op_id"] for e in report.anomalies["stale-commit"]] == [events[refused].op_id]
+
+    index, highest = _regressed_commit(events, restart_ns)
+    regressed = list(events)
+    regressed[index] = with_op(events[index], offset=highest - 1)
+    report = check(regressed)
+    assert report.anomalies["commit-regress"][0]["earlier_max"] == highest, report.text()
+
+    topic, partition = events[index].op.topic, events[index].op.partition
+    report = check([_without_record(e, topic, partition, 0) for e in events])
+    assert report.anomalies["commit-unprocessed"][0]["missing"] == [0], report.text()
+
+
+def _generation_lowered(event, after_ns: int, by: int):
+    """An accepted join or commit after `after_ns` with its generation lowered by `by`."""
+    if event.time_ns <= after_ns or event.type != OK:
+        return event
+    if isinstance(event.op, Commit) or (
+        isinstance(event.op, Assign) and event.op.generation is not None
+    ):
+        return with_op(event, generation=event.op.generation - by)
+    return event
+
+
+def test_generation_numbers_are_compared_within_one_gateway_lifetime(t3g_result):
+    """A restarted coordinator counts generations on from the newest committed one, so the
+    numbers may repeat or go down across a restart: the real history renumbered that way is
+    still clean, where comparing numbers across the restart would report stale commits."""
+    events = load(t3g_result.history_path)
+    restart_ns = _first_restart_ns(events)
+    before = max(
+        e.op.generation
+        for e in events
+        if e.type == OK
+        and isinstance(e.op, Assign)
+        and e.op.generation is not None
+        and e.time_ns < restart_ns
+    )
+    lowered = [_generation_lowered(e, restart_ns, before) for e in events]
+    assert any(
+        e.type == OK and isinstance(e.op, Commit) and 0 <= e.op.generation < before
+        for e in lowered
+        if e.time_ns > restart_ns
+    ), "no post-restart commit numbered below a pre-restart generation"
+    report = check(lowered)
+    assert report.valid, report.text()
+
+
+def test_a_pre_restart_member_is_refused_when_its_generation_number_comes_back(tmp_path):
+    """The worst case of T3g, scripted: generation 2 is handed out, never committed with,
+    and the gateway is killed; the restarted coordinator counts on from generation 1 (the
+    newest committed) and hands 2 out again. The pre-restart member of generation 2 is
+    refused (40911: membership is not durable), before and after the number comes back."""
+    recorder = Recorder(tmp_path / "history.jsonl")
+    cluster = Cluster(tmp_path / "data", recorder)
+
+    def member(name: str) -> GroupMember:
+        return GroupMember(name, cluster.endpoint, recorder, "g", "gen")
+
+    try:
+        create_topic(cluster.endpoint.url, "gen", 1)
+        first, zombie = member("first"), member("zombie")
+        first.join()
+        assert first.generation == 1 and first.commit(0, 0)
+        first.leave()  # the group is empty, still at generation 1
+        zombie.join()
+        assert zombie.generation == 2  # never committed with
+        cluster.kill_and_restart()
+        assert not zombie.commit(0, 0)
+        successor = member("successor")
+        successor.join()
+        assert successor.generation == zombie.generation  # the number comes back
+        assert not zombie.commit(0, 0) and successor.commit(0, 0)
+    finally:
+        cluster.stop()
+        recorder.close()
+    assert commits_without_rejoin(recorder.events) == {"refused:40911": 2}
+    report = check(recorder.events)
+    assert report.valid, report.text()
 
 
 def test_t4_retention_and_compaction_during_traffic(tmp_path):
