@@ -166,11 +166,17 @@ class Group:
         expired = [
             m.member_id
             for m in self.members.values()
-            if now - m.last_seen_s > m.session_timeout_ms / 1000
+            if now - m.last_seen_s > m.session_timeout_ms / 1000 and not self._awaiting_join(m)
         ]
         for member_id in expired:
             self._remove(member_id)
         return expired
+
+    def _awaiting_join(self, member: Member) -> bool:
+        """Kafka's hasSatisfiedHeartbeat: a member that joined and waits for the rebalance to
+        complete is alive, however long that takes (its rebalance timeout bounds it); its
+        session restarts when the rebalance completes."""
+        return self.state == GroupState.PREPARING_REBALANCE and member.joined
 
     def touch(self, member_id: str) -> Member:
         member = self.member(member_id)
@@ -223,6 +229,9 @@ class Group:
         """Drop members that did not rejoin, bump the generation, assign partitions."""
         for member_id in [m.member_id for m in self.members.values() if not m.joined]:
             self._forget(member_id)
+        now = self.clock()
+        for member in self.members.values():
+            member.last_seen_s = now  # the join answer counts as a heartbeat (Kafka's)
         self.generation += 1
         self.rebalance_deadline_s = None
         if not self.members:

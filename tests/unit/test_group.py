@@ -116,6 +116,22 @@ def test_session_expiry_removes_a_silent_member_and_rebalances():
     assert len(partitions(group, first)) == 4
 
 
+def test_a_member_waiting_in_a_join_outlives_its_session_until_the_rebalance_completes():
+    """A rebalance waits for a silent member with a long session; the member that joined and
+    waits is not expired meanwhile (it was, and got UNKNOWN_MEMBER_ID instead of its
+    assignment), and its session starts again when the rebalance completes."""
+    group, clock, (silent,) = stable_group(session_timeout_ms=60_000)
+    waiting = group.join(request(session_timeout_ms=10_000)).member_id
+    clock.now += 15
+    assert group.expire() == [] and not group.ready_to_complete()
+    clock.now += 16  # past the 30 s rebalance timeout
+    complete(group)
+    assert list(group.members) == [waiting] and len(partitions(group, waiting)) == 4
+    assert group.expire() == []
+    clock.now += 11
+    assert group.expire() == [waiting]  # silent after the rebalance: its session applies
+
+
 def test_old_generations_and_unknown_members_are_fenced():
     group, _, (first,) = stable_group()
     with pytest.raises(IllegalGeneration):
