@@ -216,16 +216,16 @@ class DeltaPartitionLog:
         """Load the table, check its protocol against the allow-list, build the file index.
 
         Raises:
-            CorruptPartition: no table there, or (local roots) a damaged commit file.
+            CorruptPartition: no table there, or (local roots) a damaged commit file or
+                checkpoint.
+            StorageUnavailable: the table could not be read (retriable).
         """
         if paths.is_local(table_uri) and fenced:
             _check_commit_files(table_uri)
         try:
-            dt = DeltaTable(table_uri)
+            dt = _load_table(table_uri)
         except TableNotFoundError as error:
             raise CorruptPartition(f"No Delta table at {table_uri}: {error}") from error
-        except (OSError, DeltaError) as error:
-            raise StorageUnavailable(f"Cannot load table {table_uri}: {error}") from error
         check_protocol(dt.protocol(), table_uri)
         return cls(table_uri, dt, tail_records_max=tail_records_max, fenced=fenced)
 
@@ -235,7 +235,7 @@ class DeltaPartitionLog:
             if self._direct:
                 # Direct appends leave `_dt` behind by any number of versions, whose commit
                 # files housekeeping may have trimmed: load from the latest checkpoint.
-                self._dt = DeltaTable(self.table_uri)
+                self._dt = _load_table(self.table_uri)
             else:
                 self._dt.update_incremental()
         except (OSError, DeltaError) as error:
@@ -685,12 +685,25 @@ class DeltaPartitionLog:
             _VisibleAfterReload: it is visible; the snapshot has been reloaded.
             _VersionTaken: it is not: nothing was appended (the file is an orphan for vacuum).
         """
-        if log_commit.last_checkpoint_version(self._log_dir) <= version:
+        if not self._may_be_below_checkpoint(version):
             return
         self.reload()
         if any(f.path == data_path for f in self._snapshot.files):
             raise _VisibleAfterReload()
         raise _VersionTaken(version)
+
+    def _may_be_below_checkpoint(self, version: int) -> bool:
+        """Whether `_last_checkpoint` names a version after commit `version`, or cannot say.
+
+        Asked after the commit is durable, so an unreadable hint (garbage, torn by a disk
+        fault) must not raise: that failed a committed append with a non-retriable 500 (found
+        by the T5 disk-fault tests). delta-rs ignores such a hint and lists the log; the
+        commit is checked by a reload then, as for a commit below the checkpoint.
+        """
+        try:
+            return log_commit.last_checkpoint_version(self._log_dir) > version
+        except (OSError, ValueError, KeyError, TypeError):
+            return True
 
     def _advance(self, before: LogSnapshot, data_file: DataFile, table: pa.Table) -> None:
         """The snapshot after our own direct commit: one more version, file and tail chunk."""
@@ -928,7 +941,7 @@ class DeltaPartitionLog:
     def _maintenance_visible(self, version: int, removes, written) -> bool:
         """As for appends (_check_not_shadowed): a commit created below the latest checkpoint,
         by a job paused past the log grace, counts only if the reloaded table shows it."""
-        if log_commit.last_checkpoint_version(self._log_dir) <= version:
+        if not self._may_be_below_checkpoint(version):
             return True
         live = {f.path for f in self.reload().files}
         return all(f.path not in live for f in removes) and all(
@@ -1210,7 +1223,7 @@ def _iso_ms(epoch_ms: int) -> str:
 def checkpoint_table(table_uri: str) -> None:
     """Write a checkpoint and run Delta's own log cleanup (jobs, for idle partitions)."""
     try:
-        table = DeltaTable(table_uri)
+        table = _load_table(table_uri)
         table.create_checkpoint()
         table.cleanup_metadata()
     except (OSError, DeltaError) as error:
@@ -1250,6 +1263,59 @@ def _after_maintenance(
         files=tuple(sorted(files, key=lambda f: f.min_offset)),
         tail=tuple(chunk for chunk in before.tail if chunk.base_offset not in removed_bases),
         start_offset=start,
+    )
+
+
+def _load_table(table_uri: str, **options) -> DeltaTable:
+    """`DeltaTable(table_uri)`, with a failure to load it explained.
+
+    deltalake raises OSError for storage I/O failures (retriable) and DeltaError for what it
+    cannot make sense of. Only the latter is looked into, on local roots: a present but
+    unreadable newest checkpoint (a torn or zeroed file, bit rot) fails every load until an
+    operator acts, so it is CorruptPartition with what to do, not a 503 retried forever; a
+    `_last_checkpoint` naming a missing checkpoint is dropped and the load retried once.
+
+    Raises:
+        TableNotFoundError: no table there.
+        CorruptPartition: its newest checkpoint is damaged.
+        StorageUnavailable: any other failure.
+    """
+    try:
+        return DeltaTable(table_uri, **options)
+    except TableNotFoundError:
+        raise
+    except (OSError, DeltaError) as error:
+        failure = error
+    if isinstance(failure, DeltaError) and paths.is_local(table_uri):
+        log_dir = paths.join(_filesystem(table_uri)[1], log_commit.LOG_DIR)
+        try:
+            damage = log_commit.damaged_checkpoint(log_dir, str(failure))
+            if damage is not None:
+                message = _checkpoint_damage_message(table_uri, log_dir, *damage)
+                raise CorruptPartition(message) from failure
+            if log_commit.drop_dangling_checkpoint_hint(log_dir):
+                return _load_table(table_uri, **options)
+        except OSError as error:
+            raise StorageUnavailable(f"Cannot read the log of {table_uri}: {error}") from error
+    raise StorageUnavailable(f"Cannot load table {table_uri}: {failure}") from failure
+
+
+def _checkpoint_damage_message(table_uri: str, log_dir: str, version: int, damaged) -> str:
+    hint = paths.join(log_dir, log_commit.LAST_CHECKPOINT)
+    if log_commit.commits_replace_checkpoint(log_dir, version):
+        advice = (
+            f"Every commit up to it is still in {log_dir}: delete the damaged checkpoint "
+            f"file(s) and {hint}, and the table is read from its JSON commits (and any older "
+            f"checkpoint); no record is lost."
+        )
+    else:
+        advice = (
+            f"Commits up to version {version} were already cleaned up, so the table cannot "
+            f"be read without it: restore the checkpoint file(s) from a backup."
+        )
+    return (
+        f"{table_uri}: checkpoint {version} is damaged ({'; '.join(damaged)}); the partition "
+        f"is not served rather than served from it. {advice}"
     )
 
 
@@ -1431,11 +1497,9 @@ def read_leader(dt: DeltaTable) -> Leadership | None:
 def load_table(table_uri: str) -> DeltaTable:
     """A DeltaTable for light reads (leader, bounds) without building the file index."""
     try:
-        return DeltaTable(table_uri, without_files=True)
+        return _load_table(table_uri, without_files=True)
     except TableNotFoundError as error:
         raise CorruptPartition(f"No Delta table at {table_uri}: {error}") from error
-    except (OSError, DeltaError) as error:
-        raise StorageUnavailable(f"Cannot load table {table_uri}: {error}") from error
 
 
 # Files below this size are "small"; a run of COMPACT_FILES_MIN of them in one segment is

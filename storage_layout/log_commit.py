@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +34,16 @@ LOG_DIR = "_delta_log"
 TEMPORARY_PREFIX = "_commit_"
 TEMPORARY_SUFFIX = ".json.tmp"
 ENGINE_INFO = "lakelog"
+LAST_CHECKPOINT = "_last_checkpoint"
+# Complete checkpoint names only (classic and multi-part). delta-rs writes a checkpoint (and
+# `_last_checkpoint`) under a temporary `<name>#<n>` and renames it, so a writer killed midway
+# leaves no partial file under a checkpoint name; the temporary is ignored by every reader.
+_CHECKPOINT_NAME = re.compile(r"(\d+)\.checkpoint(?:\.\d+\.\d+)?\.parquet")
+_PARQUET_MAGIC = b"PAR1"
+_PARQUET_BYTES_MIN = 12  # leading magic, footer length, trailing magic
+# How delta-rs reports a checkpoint it cannot decode. Loading a table reads no other Parquet
+# file; an I/O failure while reading one carries the OS error ("(os error 5)") instead.
+_PARQUET_DECODE_ERROR = re.compile(r"Parquet error|Arrow error: EOF")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,10 +190,85 @@ def read_commit(log_dir: str, version: int) -> list[dict[str, Any]] | None:
 def last_checkpoint_version(log_dir: str) -> int:
     """The version `_last_checkpoint` names, or -1 when there is none."""
     try:
-        with open(os.path.join(log_dir, "_last_checkpoint"), "rb") as pointer:
+        with open(os.path.join(log_dir, LAST_CHECKPOINT), "rb") as pointer:
             return int(json.loads(pointer.read())["version"])
     except FileNotFoundError:
         return -1
+
+
+def checkpoint_files(log_dir: str) -> dict[int, list[str]]:
+    """The complete checkpoint files in `log_dir` (full paths), by version."""
+    by_version: dict[int, list[str]] = {}
+    for name in sorted(os.listdir(log_dir)):
+        match = _CHECKPOINT_NAME.fullmatch(name)
+        if match:
+            by_version.setdefault(int(match[1]), []).append(os.path.join(log_dir, name))
+    return by_version
+
+
+def damaged_checkpoint(log_dir: str, load_error: str) -> tuple[int, list[str]] | None:
+    """The newest checkpoint's version and its files that are present but unreadable (each
+    "<path>: <why>"), or None when it is fine, after delta-rs failed to load the table with
+    `load_error`. Too short or without the Parquet magic (truncated, zeroed) is damage
+    whatever delta-rs said; otherwise its Parquet decode error names the newest checkpoint,
+    the one it reads.
+
+    Raises:
+        OSError: the files could not be read (an I/O failure, not damage).
+    """
+    by_version = checkpoint_files(log_dir)
+    if not by_version:
+        return None
+    version = max(by_version)
+    files = by_version[version]
+    damaged = [f"{path}: {why}" for path in files if (why := _parquet_problem(path))]
+    if not damaged and _PARQUET_DECODE_ERROR.search(load_error) and "os error" not in load_error:
+        damaged = [f"{path}: {load_error}" for path in files]
+    return (version, damaged) if damaged else None
+
+
+def _parquet_problem(path: str) -> str | None:
+    with open(path, "rb") as checkpoint:
+        size = os.fstat(checkpoint.fileno()).st_size
+        if size < _PARQUET_BYTES_MIN:
+            return f"{size} bytes, shorter than any Parquet file"
+        head = checkpoint.read(len(_PARQUET_MAGIC))
+        checkpoint.seek(-len(_PARQUET_MAGIC), os.SEEK_END)
+        tail = checkpoint.read(len(_PARQUET_MAGIC))
+    if head != _PARQUET_MAGIC or tail != _PARQUET_MAGIC:
+        return "no Parquet magic at its start or end (truncated or overwritten)"
+    return None
+
+
+def commits_replace_checkpoint(log_dir: str, version: int) -> bool:
+    """Whether the table can be read without checkpoint `version`: every JSON commit up to it
+    is still there after the previous checkpoint (or from 0). Housekeeping trims commits only
+    below the previous checkpoint, so this holds unless older logs were cleaned up."""
+    older = [v for v in checkpoint_files(log_dir) if v < version]
+    first = max(older) + 1 if older else 0
+    names = set(os.listdir(log_dir))
+    return all(f"{v:020d}.json" in names for v in range(first, version + 1))
+
+
+def drop_dangling_checkpoint_hint(log_dir: str) -> bool:
+    """Delete `_last_checkpoint` if it names a checkpoint that is not there; True if it did.
+
+    delta-rs refuses to load a table whose hint names a missing checkpoint ("Had a
+    _last_checkpoint hint but didn't find any checkpoints") although the hint is only a
+    shortcut: without it, readers list the log. A checkpoint is renamed into place before its
+    hint is written, so a dangling hint is damage from outside (e.g. only the checkpoint was
+    deleted) and deleting it loses nothing; at worst a hint that another writer just replaced
+    is deleted, which costs readers one listing of the log.
+    """
+    try:
+        version = last_checkpoint_version(log_dir)
+    except (ValueError, KeyError, TypeError):
+        return False  # unparsable: delta-rs ignores it already
+    if version < 0 or version in checkpoint_files(log_dir):
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(log_dir, LAST_CHECKPOINT))
+    return True
 
 
 def unreadable_commits(log_dir: str) -> list[str]:
