@@ -41,10 +41,13 @@ format: install
 bench: install
 	$(BIN)/python bench/produce_fetch.py
 
-# Long fault runs (RELIABILITY.md): each prints its figures and fails on any anomaly.
+# Long fault runs (RELIABILITY.md): each prints its figures and fails on any anomaly
+# (T2b, the control, fails when it finds none).
 CHAOS_SEED ?= 1
 chaos: install
 	$(BIN)/python -m chaos run T1 --seed $(CHAOS_SEED) --ops 20000 --duration-s 300
+	$(BIN)/python -m chaos run T2 --seed $(CHAOS_SEED) --ops 5000 --duration-s 300
+	$(BIN)/python -m chaos run T2b --seed $(CHAOS_SEED) --ops 1000 --duration-s 120
 	$(BIN)/python -m chaos run T3 --seed $(CHAOS_SEED) --ops 5000 --duration-s 300
 	$(BIN)/python -m chaos run T3g --seed $(CHAOS_SEED) --ops 3000 --duration-s 300
 	$(BIN)/python -m chaos run T4 --seed $(CHAOS_SEED) --ops 3000 --duration-s 300

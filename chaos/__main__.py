@@ -1,8 +1,10 @@
-"""`python -m chaos run T1|T3|T3g|T4 --seed S --ops N [--duration-s D] [--workdir DIR]`.
+"""`python -m chaos run T1|T2|T2b|T3|T3g|T4 --seed S --ops N [--duration-s D] [--workdir DIR]`.
 
 Runs one scenario against real gateway processes, prints its figures (operations by type and
 outcome, faults injected, anomalies, recovery p50/p99) and exits 1 when the checker or the
-scenario's own invariants found anything. `python -m chaos check H.jsonl` = `chaos.check`.
+scenario's own invariants found anything. T2b is a control run (fencing disabled): it exits 0
+only when the checker did find anomalies, 1 when it found none (the scenario is too weak).
+`python -m chaos check H.jsonl` = `chaos.check`.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(result.text() + "\n")
     if args.json:
         sys.stdout.write(json.dumps(result.report.summary(), indent=2) + "\n")
-    return 0 if result.valid else 1
+    return 0 if result.passed else 1
 
 
 if __name__ == "__main__":

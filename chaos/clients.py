@@ -93,11 +93,20 @@ class IdempotentProducer:
     """
 
     def __init__(
-        self, name: str, endpoint: Endpoint, recorder: Recorder, topic: str, *, idempotent=True
+        self,
+        name: str,
+        endpoint: Endpoint,
+        recorder: Recorder,
+        topic: str,
+        *,
+        idempotent=True,
+        timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
         self.name, self.endpoint, self.recorder, self.topic = name, endpoint, recorder, topic
         self.idempotent = idempotent  # False: a plain producer (control runs that must fail)
-        self.http = httpx.Client(timeout=REQUEST_TIMEOUT_S)
+        # T2 raises it past its longest pause: a request to a paused leader stays in flight and
+        # is answered by the stale leader after SIGCONT, not abandoned by the client.
+        self.http = httpx.Client(timeout=timeout_s)
         self.producer_id: int | None = None
         self.epoch = 0
         self.sequences: dict[int, int] = {}

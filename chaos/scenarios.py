@@ -1,8 +1,13 @@
-"""Fault scenarios T1, T3, T3g and T4 of the reliability plan (§6), each a seeded, recorded run
-against real `lakelog serve` processes, ending with the checker's report and figures.
+"""Fault scenarios T1, T2, T2b, T3, T3g and T4 of the reliability plan (§6), each a seeded,
+recorded run against real `lakelog serve` processes, ending with the checker's report and
+figures.
 
 - T1: idempotent producers while the gateway is `kill -9`ed and restarted on the same data
   directory; a tailing assign-mode poller; a final drain. Recovery = kill to first acked send.
+- T2: two gateways on one storage root; the leader of a partition is SIGSTOPped past its lease
+  with sends parked on its socket, then SIGCONTed; idempotent producers through both nodes.
+  The stale leader must be fenced. Recovery = SIGSTOP to first ack through the survivor.
+- T2b: the control, T2 with fencing disabled: the checker must find offsets assigned twice.
 - T3: group members (native API) consuming with commits, killed repeatedly at chosen points
   (between process and commit, mid-commit, anywhere), replaced by new or static members.
 - T3g: the same group while the gateway itself is `kill -9`ed and restarted; the members keep
@@ -14,13 +19,16 @@ against real `lakelog serve` processes, ending with the checker's report and fig
 from __future__ import annotations
 
 import itertools
+import os
 import random
+import signal
 import statistics
 import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,10 +36,18 @@ import httpx
 
 from chaos.check import COMPACTED_PREFIX, CONFIG_FAULT
 from chaos.checker import Report, check, commits_without_rejoin
-from chaos.clients import AssignPoller, Endpoint, GroupMember, IdempotentProducer
+from chaos.clients import (
+    REQUEST_TIMEOUT_S,
+    AssignPoller,
+    Endpoint,
+    GroupMember,
+    IdempotentProducer,
+)
 from chaos.history import (
+    FAIL,
     GATEWAY_KILL,
     GATEWAY_RESTART,
+    INFO,
     INVOKE,
     OK,
     Assign,
@@ -60,12 +76,22 @@ class RunResult:
     elapsed_s: float
     faults: Counter = field(default_factory=Counter)
     recovery_ms: list[float] = field(default_factory=list)
-    recovery_of: str = "first ack"  # what counts as recovered after a kill
+    recovery_of: str = "first ack"  # what counts as recovered after a fault
+    recovery_from: str = "kill"  # the fault a recovery time starts at
     figures: dict[str, object] = field(default_factory=dict)
+    control: bool = False  # a deliberately unsafe run: the checker must find anomalies
 
     @property
     def valid(self) -> bool:
         return self.report.valid and not self.figures.get("violations")
+
+    @property
+    def passed(self) -> bool:
+        """A normal run passes with no anomaly; a control run only if the checker found some
+        (otherwise the scenario is too weak to show what the disabled safeguard prevents)."""
+        if self.control:
+            return not self.report.valid and not self.figures.get("violations")
+        return self.valid
 
     def text(self) -> str:
         lines = [
@@ -74,11 +100,13 @@ class RunResult:
             "faults: " + (", ".join(f"{k}={v}" for k, v in sorted(self.faults.items())) or "none"),
         ]
         if self.recovery_ms:
-            lines.append(
-                f"recovery ms (kill -> {self.recovery_of}): {quantiles_text(self.recovery_ms)}"
-            )
+            span = f"{self.recovery_from} -> {self.recovery_of}"
+            lines.append(f"recovery ms ({span}): {quantiles_text(self.recovery_ms)}")
         lines.extend(f"{name}: {value}" for name, value in self.figures.items())
         lines.append(self.report.text())
+        if self.control:
+            verdict = "found, as it must" if not self.report.valid else "NOT found: too weak"
+            lines.append(f"control run: anomalies {verdict}")
         return "\n".join(lines)
 
 
@@ -99,17 +127,31 @@ def quantiles_text(values_ms: list[float]) -> str:
 
 
 class Cluster:
-    """One gateway process on a data directory that the nemesis kills and restarts."""
+    """Gateway processes on one data directory (one storage root). The nemesis kills and
+    restarts the first node, or stops and continues any node (SIGSTOP / SIGCONT)."""
 
-    def __init__(self, data_dir: Path, recorder: Recorder, env: dict[str, str] | None = None):
+    def __init__(
+        self, data_dir: Path, recorder: Recorder, env: dict[str, str] | None = None, nodes: int = 1
+    ):
         self.data_dir, self.recorder, self.env = data_dir, recorder, env or {}
-        self.gateway: GatewayProcess = start_gateway(data_dir, env=self.env)
-        self.endpoint = Endpoint(self.gateway.url)
+        # Node ids only in a multi-node cluster; the nodes start in parallel (seconds each).
+        envs = [self.env] if nodes == 1 else [self.env | _node_env(n) for n in range(nodes)]
+        with ThreadPoolExecutor(nodes) as pool:
+            self.gateways = list(pool.map(lambda env: start_gateway(data_dir, env=env), envs))
+        self.endpoints = [Endpoint(gateway.url) for gateway in self.gateways]
         self.kills: list[int] = []  # monotonic ns of each kill
 
+    @property
+    def gateway(self) -> GatewayProcess:
+        return self.gateways[0]
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self.endpoints[0]
+
     def kill_and_restart(self, down_s: float = 0.0, env: dict[str, str] | None = None) -> None:
-        """kill -9, then a new process on the same data directory (new port), with `env`
-        replacing the environment overrides when given."""
+        """kill -9 of the first node, then a new process on the same data directory (new port),
+        with `env` replacing the environment overrides when given."""
         if env is not None:
             self.env = env
         self.gateway.process.kill()  # kill -9 (harmless if it already exited)
@@ -117,14 +159,40 @@ class Cluster:
         self.kills.append(time.monotonic_ns())
         self.recorder.fault(GATEWAY_KILL, self.gateway.url)
         time.sleep(down_s)
-        self.gateway = start_gateway(self.data_dir, env=self.env)
+        self.gateways[0] = start_gateway(self.data_dir, env=self.env)
         # Recorded before the endpoint gives clients the new port: the checker dates group
         # generations by the restart (only the old process answered before it).
         self.recorder.fault(GATEWAY_RESTART, self.gateway.url)
         self.endpoint.set(self.gateway.url)
 
+    def signal(self, node: int, signum: int, kind: str, detail: str) -> int:
+        """Sends `signum` (SIGSTOP / SIGCONT) to node `node`; records it; returns its time."""
+        os.kill(self.gateways[node].process.pid, signum)
+        signalled_ns = time.monotonic_ns()
+        self.recorder.fault(kind, detail)
+        return signalled_ns
+
+    def leaders(self, topic: str, skip: int | None = None) -> dict[int, int]:
+        """Partition -> leading node id, from the first node that answers (not `skip`)."""
+        for node, endpoint in enumerate(self.endpoints):
+            if node == skip:
+                continue
+            try:
+                answer = httpx.get(f"{endpoint.url}/topics/{topic}/partitions", timeout=3)
+                return {p["partition"]: p["leader"] for p in answer.raise_for_status().json()}
+            except httpx.HTTPError:
+                continue
+        return {}
+
     def stop(self) -> None:
-        self.gateway.stop()
+        for gateway in self.gateways:
+            if gateway.process.poll() is None:
+                os.kill(gateway.process.pid, signal.SIGCONT)  # a stopped node ignores SIGTERM
+            gateway.stop()
+
+
+def _node_env(node: int) -> dict[str, str]:
+    return {"LAKELOG_NODE_ID": str(node)}
 
 
 def create_topic(url: str, topic: str, partitions: int, **configs: object) -> None:
@@ -293,22 +361,46 @@ def run_t1(
         IdempotentProducer(f"producer-{i}", cluster.endpoint, recorder, topic)
         for i in range(producers)
     ]
-    tailer = AssignPoller("tailer", cluster.endpoint, recorder, topic)
+    nemesis = Nemesis(random.Random(seed + 1), *kill_every_s, cluster.kill_and_restart)
+    load = _Load(clients, ops, partitions, kills_min, cluster.endpoint)
+    _produce_under_faults(cluster, nemesis, load, rng, deadline=started + duration_s)
+    return _result("T1", seed, root, recorder, started, cluster, nemesis.errors)
+
+
+@dataclass(frozen=True)
+class _Load:
+    """Produce traffic of T1 and T2: `ops` sends per round, rounds until the nemesis struck
+    `faults_min` times; a tailing assign-mode poller reads through `tail_at`."""
+
+    producers: list[IdempotentProducer]
+    ops: int
+    partitions: int
+    faults_min: int
+    tail_at: Endpoint
+
+
+def _produce_under_faults(
+    cluster: Cluster, nemesis: Nemesis, load: _Load, rng: random.Random, *, deadline: float
+) -> None:
+    """Runs `load` while `nemesis` strikes, then the final drain through the first node; always
+    stops the cluster and closes the history."""
+    recorder, topic = cluster.recorder, load.producers[0].topic
+    tailer = AssignPoller("tailer", load.tail_at, recorder, topic)
     stopped = threading.Event()
-    tail_thread = _tail(tailer, partitions, stopped)
-    deadline = started + duration_s
+    tail_thread = _tail(tailer, load.partitions, stopped)
     try:
-        with Nemesis(random.Random(seed + 1), *kill_every_s, cluster.kill_and_restart) as nemesis:
-            _produce_rounds(clients, ops, partitions, rng, deadline, nemesis, kills_min)
+        with nemesis:
+            _produce_rounds(
+                load.producers, load.ops, load.partitions, rng, deadline, nemesis, load.faults_min
+            )
         stopped.set()
         tail_thread.join(30)
         drain = AssignPoller("drain", cluster.endpoint, recorder, topic)
-        drain.drain(range(partitions), deadline=time.monotonic() + DRAIN_TIMEOUT_S)
+        drain.drain(range(load.partitions), deadline=time.monotonic() + DRAIN_TIMEOUT_S)
     finally:
         stopped.set()
         cluster.stop()
         recorder.close()
-    return _result("T1", seed, root, recorder, started, cluster, nemesis.errors)
 
 
 def _round_values(round_: int) -> Callable[[str, int], tuple[str | None, str]]:
@@ -349,6 +441,233 @@ def _send_errors(events) -> dict[str, int]:
         if done is not None and isinstance(done.op, Send) and done.type != OK:
             errors[f"{done.type}:{done.op.error}"] += 1
     return dict(errors.most_common(6))
+
+
+# ---- T2 and T2b -------------------------------------------------------------------------------
+
+LEADER_PAUSE, LEADER_RESUME = "pause-leader", "resume-leader"
+LEASE_ENV = {"LAKELOG_LEASE_MS": "2000", "LAKELOG_HEARTBEAT_MS": "200"}
+UNFENCED_ENV = {"LAKELOG_UNSAFE_DISABLE_FENCING": "true"}
+# Longer than the longest pause: a request to the stopped leader waits in its socket and is
+# answered by the stale leader after SIGCONT, instead of being abandoned by the client.
+PAUSED_REQUEST_TIMEOUT_S = 15.0
+# Sends the nemesis parks on the stopped leader's socket for the paused partition, so every
+# pause has stale-leader appends to fence (the random load may have none in flight there).
+PARKED_SENDS = 3
+FENCED_CODE = "50003"  # NOT_LEADER_OR_FOLLOWER in a produce answer (retriable)
+
+
+@dataclass(frozen=True)
+class Pause:
+    """One nemesis round: `node` led `partition` and was stopped from paused_ns to resumed_ns."""
+
+    node: int
+    partition: int
+    paused_ns: int
+    resumed_ns: int
+
+
+@dataclass(frozen=True)
+class _LeaderRun:
+    """A T2-style run: two gateways on one root, the leader of a partition paused per round."""
+
+    name: str
+    seed: int
+    ops: int
+    unfenced: bool = False  # T2b: LAKELOG_UNSAFE_DISABLE_FENCING on both nodes
+    duration_s: float = 600.0
+    partitions: int = 2
+    producers_per_node: int = 3
+    pause_s: tuple[float, float] = (3.0, 10.0)  # past the 2 s lease
+    pause_every_s: tuple[float, float] = (1.0, 3.0)  # between the end of a round and the next
+    # Production goes on in rounds of `ops` until the nemesis paused this often (or the duration
+    # cap): a fast machine would otherwise send everything within a few pauses.
+    pauses_min: int = 20
+    workdir: Path | None = None
+
+
+class _LeaderPauser:
+    """T2's nemesis action: SIGSTOP the current leader of a seeded partition for a seeded
+    pause, with sends parked on its socket; SIGCONT; the leaders are observed before and
+    after each round, and during the pause through the survivor."""
+
+    def __init__(self, cluster: Cluster, topic: str, plan: _LeaderRun, parked, rng) -> None:
+        self.cluster, self.topic, self.plan, self.rng = cluster, topic, plan, rng
+        self.parked: list[list[IdempotentProducer]] = parked  # per node
+        self.pauses: list[Pause] = []
+        self.views: list[dict[int, int]] = []  # partition -> leader, before and after rounds
+        self._values = itertools.count()
+
+    def __call__(self) -> None:
+        partition = self.rng.randrange(self.plan.partitions)
+        pause_s = self.rng.uniform(*self.plan.pause_s)
+        leader = self._observe().get(partition)
+        if leader not in range(len(self.cluster.gateways)):
+            raise RuntimeError(f"no known leader of partition {partition}: {self.views[-1]}")
+        for producer in self.parked[leader]:
+            if producer.producer_id is None:  # rejected last round: a new id, while it answers
+                producer.init(deadline=time.monotonic() + 30)
+        where = f"node {leader}, leader of {self.topic}/{partition}"
+        paused_ns = self.cluster.signal(
+            leader, signal.SIGSTOP, LEADER_PAUSE, f"{where}, for {pause_s:.1f}s"
+        )
+        parked = self._park(leader, partition, deadline=time.monotonic() + pause_s + 20)
+        time.sleep(pause_s)
+        self._observe(skip=leader)  # the survivor's view: has it taken over?
+        resumed_ns = self.cluster.signal(leader, signal.SIGCONT, LEADER_RESUME, where)
+        for thread in parked:
+            thread.join()  # bounded by the send deadline
+        self.pauses.append(Pause(leader, partition, paused_ns, resumed_ns))
+        self._observe()
+
+    def _park(self, node: int, partition: int, deadline: float) -> list[threading.Thread]:
+        threads = [
+            threading.Thread(
+                target=producer.send,
+                args=(partition, f"{producer.name}-{next(self._values)}"),
+                kwargs={"deadline": deadline},
+                daemon=True,
+            )
+            for producer in self.parked[node]
+        ]
+        for thread in threads:
+            thread.start()
+        return threads
+
+    def _observe(self, skip: int | None = None) -> dict[int, int]:
+        view = self.cluster.leaders(self.topic, skip)
+        self.views.append(view)
+        return view
+
+    def leader_changes(self) -> int:
+        """Changes between consecutive observations, over all partitions."""
+        return sum(
+            before[p] != after[p]
+            for before, after in itertools.pairwise(self.views)
+            for p in after.keys() & before.keys()
+        )
+
+
+def run_t2(*, seed: int, ops: int, **options) -> RunResult:
+    """T2: idempotent producers through both of two gateways on one root while the leader of a
+    partition is SIGSTOPped past its lease and continued; 0 anomalies expected, the stale
+    leader's answers to its parked requests are errors. `options`: fields of `_LeaderRun`."""
+    return _run_leader_pauses(_LeaderRun("T2", seed, ops, **options))
+
+
+def run_t2b(*, seed: int, ops: int, **options) -> RunResult:
+    """T2b, the control: T2 with the offset compare-and-set and lease checks disabled. Passes
+    only if the checker finds anomalies (offsets assigned twice by the stale leader)."""
+    return _run_leader_pauses(_LeaderRun("T2b", seed, ops, unfenced=True, **options))
+
+
+def _run_leader_pauses(plan: _LeaderRun) -> RunResult:
+    rng = random.Random(plan.seed)
+    root = _workdir(plan.workdir, plan.name)
+    recorder = Recorder(root / "history.jsonl")
+    started = time.monotonic()
+    env = LEASE_ENV | (UNFENCED_ENV if plan.unfenced else {})
+    cluster = Cluster(root / "data", recorder, env, nodes=2)
+    topic = f"{plan.name.lower()}-{plan.seed}"
+    create_topic(cluster.endpoint.url, topic, plan.partitions)
+    producers = _producers_by_node(cluster, topic, "producer", plan.producers_per_node)
+    parked = _producers_by_node(
+        cluster, topic, "parked", PARKED_SENDS, timeout_s=PAUSED_REQUEST_TIMEOUT_S
+    )
+    for producer in itertools.chain(*parked):
+        producer.init(deadline=time.monotonic() + 30)  # while every node answers
+    pauser = _LeaderPauser(cluster, topic, plan, parked, random.Random(plan.seed + 1))
+    nemesis = Nemesis(random.Random(plan.seed + 2), *plan.pause_every_s, pauser)
+    load = _Load(
+        list(itertools.chain(*producers)),
+        plan.ops,
+        plan.partitions,
+        plan.pauses_min,
+        cluster.endpoints[-1],
+    )
+    _produce_under_faults(cluster, nemesis, load, rng, deadline=started + plan.duration_s)
+    node_of = {p.name: n for group in (producers, parked) for n, ps in enumerate(group) for p in ps}
+    result = _result(plan.name, plan.seed, root, recorder, started, None, nemesis.errors)
+    result.control = plan.unfenced
+    result.recovery_ms = _takeover_times_ms(recorder.events, pauser.pauses, node_of)
+    result.recovery_of, result.recovery_from = TAKEOVER_LABEL, "SIGSTOP"
+    result.figures.update(_leader_figures(recorder.events, pauser, node_of))
+    return result
+
+
+def _producers_by_node(
+    cluster: Cluster, topic: str, role: str, per_node: int, timeout_s: float = REQUEST_TIMEOUT_S
+) -> list[list[IdempotentProducer]]:
+    """`per_node` producers sending through each node (a non-leader forwards to the leader).
+
+    The load keeps the usual request timeout: a send stuck on the stopped leader (or on a
+    survivor's forward to it) is retried after it, as a real client would, and the abandoned
+    request stays in the stopped leader's socket."""
+    return [
+        [
+            IdempotentProducer(
+                f"{role}-n{node}-{i}", endpoint, cluster.recorder, topic, timeout_s=timeout_s
+            )
+            for i in range(per_node)
+        ]
+        for node, endpoint in enumerate(cluster.endpoints)
+    ]
+
+
+TAKEOVER_LABEL = "first ack through a survivor on the paused partition"
+
+
+def _takeover_times_ms(events, pauses: list[Pause], node_of: dict[str, int]) -> list[float]:
+    """Per pause: SIGSTOP to the first send to its partition acked through another node."""
+    times = []
+    for pause in pauses:
+        through_survivor = Progress(
+            TAKEOVER_LABEL,
+            lambda e, pause=pause: (
+                e.type == OK
+                and isinstance(e.op, Send)
+                and e.op.partition == pause.partition
+                and node_of.get(e.process, pause.node) != pause.node
+            ),
+        )
+        times += recovery_times_ms(events, [pause.paused_ns], through_survivor)
+    return times
+
+
+def _leader_figures(events, pauser: _LeaderPauser, node_of: dict[str, int]) -> dict[str, object]:
+    answers = _paused_leader_answers(events, pauser.pauses, node_of)
+    outcomes = Counter(done.type for _, done in operations(events) if _is_send(done))
+    return {
+        "rounds (leader pauses)": len(pauser.pauses),
+        "pause s": ", ".join(f"{(p.resumed_ns - p.paused_ns) / 1e9:.1f}" for p in pauser.pauses),
+        "sends ok/fail/info": f"{outcomes[OK]}/{outcomes[FAIL]}/{outcomes[INFO]}",
+        "leader changes observed": pauser.leader_changes(),
+        "paused leader's answers after SIGCONT": dict(answers.most_common()),
+        f"stale leader fenced ({FENCED_CODE} answers)": sum(
+            n for answer, n in answers.items() if answer.endswith(f":{FENCED_CODE}")
+        ),
+    }
+
+
+def _is_send(done: Event | None) -> bool:
+    return done is not None and isinstance(done.op, Send)
+
+
+def _paused_leader_answers(events, pauses: list[Pause], node_of: dict[str, int]) -> Counter:
+    """How sends to a paused partition, in flight to its stopped leader at SIGCONT, ended: ok
+    (the stale leader appended) or the error code it answered (500:50003 = fenced)."""
+    answers: Counter = Counter()
+    for invoke, done in operations(events):
+        if not _is_send(done):
+            continue
+        for pause in pauses:
+            if (
+                node_of.get(invoke.process) == pause.node
+                and done.op.partition == pause.partition
+                and invoke.time_ns < pause.resumed_ns <= done.time_ns
+            ):
+                answers[done.type if done.type == OK else f"{done.type}:{done.op.error}"] += 1
+    return answers
 
 
 # ---- T3 and T3g -------------------------------------------------------------------------------
@@ -706,6 +1025,13 @@ def _probe_below_log_start(endpoint: Endpoint, recorder: Recorder, topic: str) -
     return Counter({"416" if code == "41601" else code: 1})
 
 
-SCENARIOS = {"T1": run_t1, "T3": run_t3, "T3g": run_t3g, "T4": run_t4}
+SCENARIOS = {
+    "T1": run_t1,
+    "T2": run_t2,
+    "T2b": run_t2b,
+    "T3": run_t3,
+    "T3g": run_t3g,
+    "T4": run_t4,
+}
 
-__all__ = ["SCENARIOS", "RunResult", "run_t1", "run_t3", "run_t3g", "run_t4"]
+__all__ = ["SCENARIOS", "RunResult", "run_t1", "run_t2", "run_t2b", "run_t3", "run_t3g", "run_t4"]

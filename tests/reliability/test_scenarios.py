@@ -1,4 +1,4 @@
-"""Bounded T1, T3, T3g and T4 runs against real gateway processes: the checker finds 0
+"""Bounded T1, T2, T2b, T3, T3g and T4 runs against real gateway processes: the checker finds 0
 anomalies, and it does find them in a deliberately broken run and in doctored copies of a real
 history.
 
@@ -26,7 +26,16 @@ from chaos.history import (
     load,
     with_op,
 )
-from chaos.scenarios import Cluster, create_topic, run_t1, run_t3, run_t3g, run_t4
+from chaos.scenarios import (
+    Cluster,
+    create_topic,
+    run_t1,
+    run_t2,
+    run_t2b,
+    run_t3,
+    run_t3g,
+    run_t4,
+)
 
 pytestmark = pytest.mark.gateway
 
@@ -76,6 +85,32 @@ def test_the_checker_finds_anomalies_in_a_doctored_t1_history(t1_result):
     moved[first_ack] = with_op(events[first_ack], offset=events[first_ack].op.offset + 1)
     report = check(moved)
     assert report.count("inconsistent-offsets") >= 1 and report.count("duplicate") >= 1
+
+
+# Two pauses of 3-4 s (past the 2 s lease) close together: a bounded run stays under ~30 s.
+T2_BOUNDED = {"ops": 300, "pause_s": (3.0, 4.0), "pause_every_s": (0.5, 1.5), "duration_s": 25}
+
+
+def test_t2_a_leader_paused_past_its_lease_is_fenced(tmp_path):
+    """T2: the leader of a partition SIGSTOPped past its lease while sends wait in its socket,
+    then SIGCONTed: a survivor takes over, the stale leader answers its parked sends with
+    50003 (fenced) and no acked write is lost, duplicated or given an offset twice."""
+    result = run_t2(seed=21, pauses_min=2, workdir=tmp_path, **T2_BOUNDED)
+    assert result.valid, result.text()
+    assert result.faults["pause-leader"] >= 2, result.text()
+    assert result.figures["stale leader fenced (50003 answers)"] >= 1, result.text()
+    assert result.figures["leader changes observed"] >= 1, result.text()
+    assert result.recovery_ms and max(result.recovery_ms) < 15_000, result.text()
+
+
+def test_t2b_control_without_the_fence_is_flagged(tmp_path):
+    """T2b, the control: the same pause with the compare-and-set and lease checks disabled;
+    the stale leader appends its parked sends at offsets the survivor assigned too, and the
+    checker reports it."""
+    result = run_t2b(seed=22, pauses_min=1, partitions=1, workdir=tmp_path, **T2_BOUNDED)
+    assert result.passed, result.text()
+    assert result.report.count("inconsistent-offsets") >= 1, result.text()
+    assert result.figures["paused leader's answers after SIGCONT"].get("ok", 0) >= 1
 
 
 def send_through_a_crash_after_commit(tmp_path, *, idempotent: bool):
