@@ -655,7 +655,7 @@ def _is_send(done: Event | None) -> bool:
 
 def _paused_leader_answers(events, pauses: list[Pause], node_of: dict[str, int]) -> Counter:
     """How sends to a paused partition, in flight to its stopped leader at SIGCONT, ended: ok
-    (the stale leader appended) or the error code it answered (500:50003 = fenced)."""
+    (the stale leader appended) or the error code it answered (503:50003 = fenced)."""
     answers: Counter = Counter()
     for invoke, done in operations(events):
         if not _is_send(done):

@@ -18,7 +18,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -86,6 +86,9 @@ COMMIT_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired
 LOG_GRACE_MS = 10_000
 # Producer state is rebuilt on open from at most this many newest data files (FORMAT.md §7).
 PRODUCER_STATE_FILES_MAX = 100
+# A producer continuing a sequence the rebuilt state does not know is looked up in up to this
+# many older data files, once per writer (older_producer_states).
+PRODUCER_LOOKUP_FILES_MAX = 1_000
 _PRODUCER_COLUMNS = ("offset", "timestamp", "producer_id", "producer_epoch", "sequence")
 
 # Per record: (producer_id, producer_epoch, sequence), or None for a non-idempotent record.
@@ -456,6 +459,35 @@ class DeltaPartitionLog:
         files = self._snapshot.files[-PRODUCER_STATE_FILES_MAX:]
         tables = [self._read_producer_rows(f) for f in files if f.has_producer_ids is not False]
         tables = [table for table in tables if table.num_rows]
+        if not tables:
+            return ProducerStates()
+        rows = pa.concat_tables(tables).sort_by("offset").to_pydict()
+        return ProducerStates.from_spans(_spans_from_rows(rows))
+
+    def older_producer_states(
+        self, producer_ids: Collection[int], *, files_max: int = PRODUCER_LOOKUP_FILES_MAX
+    ) -> ProducerStates:
+        """The state of `producer_ids` from the data files older than those producer_states
+        reads, newest first, until each is found or `files_max` files were read.
+
+        For a producer that paused while others wrote more than PRODUCER_STATE_FILES_MAX
+        commits and then met a new leader: its next batch was UNKNOWN_PRODUCER_ID, though
+        Kafka would have kept its state (chaos T2 found it).
+        """
+        wanted = set(producer_ids)
+        older = self._snapshot.files[:-PRODUCER_STATE_FILES_MAX][-files_max:]
+        tables = []
+        for data_file in reversed(older):
+            if not wanted:
+                break
+            if data_file.has_producer_ids is False:
+                continue
+            table = self._read_producer_rows(data_file)
+            ids = table.column("producer_id")
+            table = table.filter(pc.is_in(ids, pa.array(sorted(wanted), type=ids.type)))
+            if table.num_rows:
+                tables.append(table)
+                wanted -= set(table.column("producer_id").unique().to_pylist())
         if not tables:
             return ProducerStates()
         rows = pa.concat_tables(tables).sort_by("offset").to_pydict()

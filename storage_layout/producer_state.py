@@ -157,6 +157,12 @@ class ProducerStates:
         entries[batch.producer_id] = ProducerEntry(batch.epoch, (*spans, span)[-BATCHES_KEPT:])
         return ProducerStates(entries)
 
+    def adding(self, other: ProducerStates) -> ProducerStates:
+        """This state plus `other`'s producers that this state does not know."""
+        if not other._entries:
+            return self
+        return ProducerStates({**other._entries, **self._entries})
+
     def without_expired(self, now_ms: int, expiration_ms: int) -> ProducerStates:
         """This state without the producers whose last batch is older than `expiration_ms`
         (Kafka's producer.id.expiration.ms): the map does not grow with every producer ever

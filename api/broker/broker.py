@@ -26,7 +26,7 @@ from api.broker.errors import (
     NotLeader,
     RecordTooLarge,
 )
-from api.broker.leaders import Leaders
+from api.broker.leaders import Leaders, Route
 from api.broker.writer import FOREIGN_CHECK_INTERVAL_MS, BatchAck, CommitLimits
 from conf.settings import Settings
 from storage_layout import paths
@@ -436,17 +436,17 @@ class Broker:
                 f"Node {route.leader_id} leads {topic_name}/{partition}.", leader_id=route.leader_id
             )
         return asyncio.ensure_future(
-            self._forward_append(route.url, topic_name, partition, batch, producer)
+            self._forward_append(route, topic_name, partition, batch, producer)
         )
 
     async def _forward_append(
-        self, url: str, topic: str, partition: int, batch, producer: ProducerBatch | None
+        self, route: Route, topic: str, partition: int, batch, producer: ProducerBatch | None
     ) -> BatchAck:
+        url = route.url
         path = INTERNAL_APPEND_PATH.format(topic=topic, partition=partition)
+        post = self._http.post(url + path, json=encode_append(batch, producer=producer))
         try:
-            response = await self._http.post(
-                url + path, json=encode_append(batch, producer=producer)
-            )
+            response = await self._while_alive(post, route.leader_id, topic, partition)
         except httpx.HTTPError as error:
             self.leaders.forget(topic, partition)
             raise NotLeader(
@@ -460,6 +460,27 @@ class Broker:
             raise producer_error_from(body)  # the leader's verdict on the sequence, unchanged
         self.leaders.forget(topic, partition)
         raise NotLeader(f"The leader of {topic}/{partition} refused: {body.get('message')}")
+
+    async def _while_alive(self, request, node_id: int, topic: str, partition: int):
+        """The forwarded request's response, unless the node it went to stops renewing its
+        lease first (paused, cut off): then this node may take the partition, so waiting out
+        `forward_timeout_ms` (30 s) only delayed the client's retry (chaos T2: recovery p50 was
+        the client's own timeout). Either way the outcome is unknown to the client, as after
+        a timeout; an idempotent producer's retry is safe, and a stale leader is fenced."""
+        pending = asyncio.ensure_future(request)
+        check_s = self.settings.heartbeat_ms / 1000
+        while True:
+            done, _ = await asyncio.wait({pending}, timeout=check_s)
+            if done:
+                return pending.result()
+            if not self.cluster.is_alive(node_id):
+                pending.cancel()
+                self.leaders.forget(topic, partition)
+                raise NotLeader(
+                    f"Node {node_id}, leader of {topic}/{partition}, stopped renewing its lease "
+                    f"while an append was forwarded to it; whether it was written is unknown "
+                    f"(an idempotent producer's retry is safe); retry."
+                )
 
     # ---- fetch -----------------------------------------------------------------------------
 

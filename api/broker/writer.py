@@ -47,6 +47,9 @@ UPKEEP_INTERVAL_MS = 1000
 CONFLICT_RETRY_MS = 10_000
 # How stale the log may look to a fetch at its head when another writer appends directly.
 FOREIGN_CHECK_INTERVAL_MS = 500
+# Bound on the producer ids a writer remembers having searched for in older files (a client
+# sending made-up ids must not grow it without end; forgetting only allows a second search).
+LOOKED_UP_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,7 @@ class PartitionWriter:
         self._limits = limits
         self._fault_point = fault_point
         self._states: ProducerStates | None = None  # loaded from the table when first needed
+        self._looked_up: set[int] = set()  # producers already searched for in older files
         self._queue: list[_Pending] = []
         self._wakeup = asyncio.Event()
         self._appended = asyncio.Event()
@@ -242,6 +246,7 @@ class PartitionWriter:
             self._check_can_write()
             if self._states is None and any(p.producer is not None for p in batch):
                 self._states = await loop.run_in_executor(self._executor, self.log.producer_states)
+            await self._look_up_older_producers(batch, now_ms)
             self._maybe_expire_producers(now_ms)
             plan = self._plan(batch, now_ms)
         except Exception as error:  # the state could not be rebuilt: nobody is acknowledged
@@ -319,6 +324,29 @@ class PartitionWriter:
         loop = asyncio.get_running_loop()
         self._upkeep = loop.run_in_executor(self._executor, self.log.housekeeping)
         self._upkeep.add_done_callback(_report_upkeep_failure)
+
+    async def _look_up_older_producers(self, batch: list[_Pending], now_ms: int) -> None:
+        """Producers that continue a sequence (not at 0) unknown to the state rebuilt from the
+        newest files are searched for in older ones, once each per writer (a producer that is
+        not there stays UNKNOWN_PRODUCER_ID without another search)."""
+        if self._states is None:
+            return
+        unknown = {
+            p.producer.producer_id
+            for p in batch
+            if p.producer is not None
+            and p.producer.base_sequence > 0
+            and self._states.entry(p.producer.producer_id) is None
+        } - self._looked_up
+        if not unknown:
+            return
+        if len(self._looked_up) > LOOKED_UP_MAX:
+            self._looked_up.clear()
+        self._looked_up |= unknown
+        loop = asyncio.get_running_loop()
+        older = await loop.run_in_executor(self._executor, self.log.older_producer_states, unknown)
+        expiration_ms = self._limits.producer_expiration_ms
+        self._states = self._states.adding(older.without_expired(now_ms, expiration_ms))
 
     def _maybe_expire_producers(self, now_ms: int) -> None:
         """Forget idle producers, at most every half expiration (not on every commit: the

@@ -10,6 +10,7 @@ import pytest
 from deltalake import DeltaTable
 
 from api.broker.writer import CommitLimits, PartitionWriter
+from storage_layout import delta_log
 from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import (
     DuplicateSequence,
@@ -204,3 +205,32 @@ def test_an_idle_producer_expires_from_the_writer(table_uri):
     limits = CommitLimits(5, 10_000, 10**8, producer_expiration_ms=200)
     ack = run(table_uri, scenario, limits)
     assert ack.base_offset == 1
+
+
+def test_a_producer_older_than_the_rebuilt_state_continues_after_a_new_writer(
+    table_uri, monkeypatch
+):
+    """A producer that paused while others wrote more commits than the state is rebuilt from
+    (PRODUCER_STATE_FILES_MAX, 5 here) continues its sequence with a new writer (a new leader):
+    it is found in older files. It was UNKNOWN_PRODUCER_ID (chaos T2). A retry of its last
+    batch is still a duplicate; a producer that never wrote stays unknown."""
+    monkeypatch.setattr(delta_log, "PRODUCER_STATE_FILES_MAX", 5)
+
+    async def before(writer):
+        for sequence in range(3):
+            await send(writer, 1, 0, sequence, 1, prefix="paused")
+        for sequence in range(8):
+            await send(writer, 2, 0, sequence, 1, prefix="busy")
+
+    async def after(writer):
+        retried = await send(writer, 1, 0, 2, 1, prefix="paused")
+        continued = await send(writer, 1, 0, 3, 1, prefix="paused")
+        with pytest.raises(UnknownProducerId):
+            await send(writer, 99, 0, 5, 1)
+        return retried, continued
+
+    run(table_uri, before)
+    assert DeltaPartitionLog.open(table_uri).producer_states().entry(1) is None
+    retried, continued = run(table_uri, after)
+    assert (retried.base_offset, continued.base_offset) == (2, 11)
+    assert len(stored(table_uri)) == 12
