@@ -17,6 +17,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from api.broker.errors import (
@@ -66,6 +67,8 @@ from storage_layout.errors import (
 log = logging.getLogger("lakelog.api")
 
 JSON_TYPE = "application/json"
+
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a request whose client left before the answer
 
 # Error class -> (HTTP status, Confluent error_code). The first matching base class wins.
 ERROR_STATUS: dict[type[Exception], tuple[int, int]] = {
@@ -178,6 +181,12 @@ def install_error_handlers(app: FastAPI) -> None:
         message = str(error.detail) if error.detail else f"HTTP {error.status_code}"
         return error_response(ApiError(error.status_code, error.status_code, message))
 
+    async def handle_disconnect(request: Request, error: ClientDisconnect) -> Response:
+        # The caller went away mid-body (a node giving up a forward to a leader that stopped
+        # renewing its lease, a client timing out): nothing was done, nobody reads the answer.
+        log.debug("client left during %s %s", request.method, request.url.path)
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+
     async def handle_unexpected(request: Request, error: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(error)
@@ -186,6 +195,7 @@ def install_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(error_type, handle_known)
     app.add_exception_handler(RequestValidationError, handle_validation)
     app.add_exception_handler(StarletteHTTPException, handle_http)
+    app.add_exception_handler(ClientDisconnect, handle_disconnect)
     app.add_exception_handler(Exception, handle_unexpected)
 
 

@@ -109,8 +109,9 @@ def test_t2b_control_without_the_fence_is_flagged(tmp_path):
     checker reports it."""
     result = run_t2b(seed=22, pauses_min=1, partitions=1, workdir=tmp_path, **T2_BOUNDED)
     assert result.passed, result.text()
+    # Not also "the stale leader answered ok": its appends can land while the answers to
+    # the parked sends are lost or late; the offsets assigned twice are the proof.
     assert result.report.count("inconsistent-offsets") >= 1, result.text()
-    assert result.figures["paused leader's answers after SIGCONT"].get("ok", 0) >= 1
 
 
 def send_through_a_crash_after_commit(tmp_path, *, idempotent: bool):
