@@ -80,6 +80,18 @@ def _produce(
     )
 
 
+def _produce_and_read_after_a_restart(data_dir: Path, topic: str, acked: dict[int, bytes]) -> None:
+    """A restarted gateway (which loads the tables afresh) takes a produce on partition 0
+    and reads every acked record there exactly once."""
+    restarted = start_gateway(data_dir)
+    try:
+        with httpx.Client(base_url=restarted.url, timeout=60.0) as http:
+            acked |= _produce_acked(http, topic, [b"restarted"])
+            _assert_acked_readable_once(http, topic, acked, only_acked=True)
+    finally:
+        restarted.stop()
+
+
 def _produce_acked(
     http: httpx.Client, topic: str, values: list[bytes], partition: int = 0
 ) -> dict[int, bytes]:
@@ -391,13 +403,7 @@ def test_produce_under_a_corrupt_last_checkpoint_is_acked_once(tmp_path):
             _assert_acked_readable_once(http, "hint", acked, only_acked=True)
     finally:
         gateway.stop()
-    restarted = start_gateway(data_dir)
-    try:
-        with httpx.Client(base_url=restarted.url, timeout=60.0) as http:
-            acked |= _produce_acked(http, "hint", [b"restarted"])
-            _assert_acked_readable_once(http, "hint", acked, only_acked=True)
-    finally:
-        restarted.stop()
+    _produce_and_read_after_a_restart(data_dir, "hint", acked)
 
 
 # The child prints "ready" once its imports are done, so the kill delay covers the checkpoint.
@@ -469,13 +475,7 @@ def test_checkpoint_killed_midway_loses_and_duplicates_nothing(tmp_path):
             assert -signal.SIGKILL in exit_codes, f"every checkpoint finished: {exit_codes}"
     finally:
         gateway.stop()
-    restarted = start_gateway(data_dir)
-    try:
-        with httpx.Client(base_url=restarted.url, timeout=60.0) as http:
-            acked |= _produce_acked(http, "killed", [b"restarted"])
-            _assert_acked_readable_once(http, "killed", acked, only_acked=True)
-    finally:
-        restarted.stop()
+    _produce_and_read_after_a_restart(data_dir, "killed", acked)
 
 
 def _restore_hint(log_dir: Path, hint: bytes | None) -> None:
