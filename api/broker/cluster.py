@@ -82,9 +82,13 @@ class Cluster:
         """Renew this node's record and observe the others (blocking I/O: run off the loop)."""
         self._heartbeat += 1
         record = NodeRecord(self.node_id, self.settings.url, self._heartbeat, self._incarnation)
+        # The lease counts from before the write (conservative for fencing), and can_lead()
+        # turns true only once the others have been observed too: a node resuming from a
+        # pause must not take a partition while its view of who is alive is still old.
+        renewed_at = time.monotonic()
         self._registry.write(record)
-        self._last_renewed = time.monotonic()
         self._liveness.observe(self._registry.read_all())
+        self._last_renewed = renewed_at
 
     def leave(self) -> None:
         """Remove this node's record on a clean stop: others see it gone at once."""

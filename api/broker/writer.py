@@ -81,6 +81,7 @@ class _Plan:
     states: ProducerStates  # tentative: adopted only after the commit succeeds
     appends: list[tuple[_Pending, int]] = field(default_factory=list)  # (pending, offset)
     echoes: list[tuple[_Pending, Duplicate]] = field(default_factory=list)  # same group
+    refused: list[tuple[_Pending, Exception]] = field(default_factory=list)  # sequence errors
 
     def records(self) -> list[NewRecord]:
         return [record for pending, _ in self.appends for record in pending.records]
@@ -249,9 +250,13 @@ class PartitionWriter:
             await self._look_up_older_producers(batch, now_ms)
             self._maybe_expire_producers(now_ms)
             plan = self._plan(batch, now_ms)
+            if plan.refused and await self._state_may_be_stale(first_try):
+                return False  # plan again against the table as it is now
         except Exception as error:  # the state could not be rebuilt: nobody is acknowledged
             _fail(batch, error)
             return True
+        for pending, error in plan.refused:
+            _fail([pending], error)
         if not plan.appends:
             return True
         try:
@@ -325,6 +330,26 @@ class PartitionWriter:
         self._upkeep = loop.run_in_executor(self._executor, self.log.housekeeping)
         self._upkeep.add_done_callback(_report_upkeep_failure)
 
+    async def _state_may_be_stale(self, first_try: float) -> bool:
+        """Before a sequence error (a definite answer: the client re-initialises), check that
+        no other writer committed since this writer's snapshot: a node that led the partition
+        for a moment (it had seen this one as dead) appended the producer's next batch, and
+        this writer, never deposed, answered OUT_OF_ORDER_SEQUENCE from its old state (chaos
+        T2). If the table moved, the state is dropped and rebuilt."""
+        if (time.monotonic() - first_try) * 1000 >= CONFLICT_RETRY_MS:
+            return False
+        loop = asyncio.get_running_loop()
+        try:
+            moved = await loop.run_in_executor(self._executor, self.log.catch_up)
+        except Exception as error:  # cannot tell: answer from the state this writer has
+            log.warning("checking for other writers before a sequence error failed: %r", error)
+            return False
+        if not moved:
+            return False
+        self._states = None
+        self._looked_up.clear()  # producers may now be found where they were not
+        return True
+
     async def _look_up_older_producers(self, batch: list[_Pending], now_ms: int) -> None:
         """Producers that continue a sequence (not at 0) unknown to the state rebuilt from the
         newest files are searched for in older ones, once each per writer (a producer that is
@@ -375,7 +400,7 @@ class PartitionWriter:
                 try:
                     duplicate = plan.states.check(pending.producer)
                 except Exception as error:
-                    _fail([pending], error)
+                    plan.refused.append((pending, error))
                     continue
             if duplicate is None:
                 if pending.producer is not None:

@@ -234,3 +234,29 @@ def test_a_producer_older_than_the_rebuilt_state_continues_after_a_new_writer(
     retried, continued = run(table_uri, after)
     assert (retried.base_offset, continued.base_offset) == (2, 11)
     assert len(stored(table_uri)) == 12
+
+
+def test_a_sequence_error_is_checked_against_the_table_first(table_uri):
+    """Another writer (a node that led the partition for a moment) appends a producer's next
+    batch; this writer, whose state predates it, then gets the batch after: it notices the
+    table moved, rebuilds its state and appends, instead of answering OUT_OF_ORDER_SEQUENCE
+    from its old state (chaos T2 saw that 409)."""
+
+    async def scenario(writer):
+        for sequence in range(3):
+            await send(writer, 1, 0, sequence, 1)
+        with ThreadPoolExecutor(1) as executor:
+            other = PartitionWriter(
+                DeltaPartitionLog.open(table_uri),
+                config=TopicConfig,
+                executor=executor,
+                limits=LIMITS,
+            )
+            try:
+                await send(other, 1, 0, 3, 1, prefix="other")
+            finally:
+                await other.close()
+        return await send(writer, 1, 0, 4, 1)
+
+    assert run(table_uri, scenario).base_offset == 4
+    assert [row[2:] for row in stored(table_uri)] == [(1, 0, s) for s in range(5)]
