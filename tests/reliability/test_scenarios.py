@@ -110,9 +110,11 @@ def test_t2b_control_without_the_fence_is_flagged(tmp_path):
     checker reports it."""
     result = run_t2b(seed=22, pauses_min=1, partitions=1, workdir=tmp_path, **T2_BOUNDED)
     assert result.passed, result.text()
-    # Not also "the stale leader answered ok": its appends can land while the answers to
-    # the parked sends are lost or late; the offsets assigned twice are the proof.
-    assert result.report.count("inconsistent-offsets") >= 1, result.text()
+    # What the stale leader's appends do depends on the interleaving: offsets assigned twice
+    # (inconsistent-offsets, duplicate), or acknowledged records replaced (lost-write). Any
+    # of them is the proof; read-side kinds alone (poll-skip) would not be.
+    write_anomalies = ("inconsistent-offsets", "duplicate", "lost-write")
+    assert sum(result.report.count(kind) for kind in write_anomalies) >= 1, result.text()
 
 
 def send_through_a_crash_after_commit(tmp_path, *, idempotent: bool):
