@@ -25,7 +25,6 @@ from api.broker.errors import (
     BrokerShuttingDown,
     InvalidProducerRequest,
     InvalidRequest,
-    NotLeader,
     RecordTooLarge,
 )
 from api.groups.errors import (
@@ -101,7 +100,6 @@ ERROR_STATUS: dict[type[Exception], tuple[int, int]] = {
     InvalidConsumerConfig: (422, 42204),
     InvalidGroupRequest: (422, 42212),
     NotCoordinator: (503, 50003),
-    NotLeader: (503, 50003),  # retriable: leadership is moving (T2 saw it answered as a 500)
     AppendConflict: (503, 50003),
     StorageUnavailable: (503, 50003),
     BrokerShuttingDown: (503, 50003),
@@ -143,8 +141,8 @@ def status_for(error: Exception, *, v3: bool = False) -> tuple[int, int]:
 
 
 def _retriable_as_503(error: Exception, status: tuple[int, int]) -> tuple[int, int]:
-    """An error that says it is retriable (e.g. a deposed leader's LeadershipConflict) is a
-    503/50003 even where its base class maps to 500: a produce answered 500 with a per-record
+    """An error that says it is retriable (NotLeader, a deposed leader's LeadershipConflict)
+    is a 503/50003 even where its base class maps to 500: a produce answered 500 with a per-record
     50003 (chaos T2) told clients two things."""
     if status == (500, 50002) and getattr(error, "retriable", False):
         return 503, 50003

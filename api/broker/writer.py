@@ -178,17 +178,21 @@ class PartitionWriter:
         self._catch_up_requested = True
         self._wakeup.set()
 
-    async def _catch_up(self) -> None:
+    async def _catch_up(self) -> bool:
+        """Load other writers' commits; True if there were any (then the producer state is
+        rebuilt from the table when next needed)."""
         self._catch_up_requested = False
         loop = asyncio.get_running_loop()
         try:
             changed = await loop.run_in_executor(self._executor, self.log.catch_up)
         except Exception as error:  # the next fetch asks again; appends reload on their own
             log.warning("catching up with other writers failed: %r", error)
-            return
+            return False
         if changed:
-            self._states = None  # rebuilt from the table when next needed
+            self._states = None
+            self._looked_up.clear()  # producers may now be found where they were not
             self._wake_fetchers()
+        return changed
 
     def appended_event(self) -> asyncio.Event:
         """An event set by the next commit (fetchers wait on it instead of polling)."""
@@ -335,20 +339,10 @@ class PartitionWriter:
         no other writer committed since this writer's snapshot: a node that led the partition
         for a moment (it had seen this one as dead) appended the producer's next batch, and
         this writer, never deposed, answered OUT_OF_ORDER_SEQUENCE from its old state (chaos
-        T2). If the table moved, the state is dropped and rebuilt."""
+        T2). True if the table moved (the state is then rebuilt)."""
         if (time.monotonic() - first_try) * 1000 >= CONFLICT_RETRY_MS:
             return False
-        loop = asyncio.get_running_loop()
-        try:
-            moved = await loop.run_in_executor(self._executor, self.log.catch_up)
-        except Exception as error:  # cannot tell: answer from the state this writer has
-            log.warning("checking for other writers before a sequence error failed: %r", error)
-            return False
-        if not moved:
-            return False
-        self._states = None
-        self._looked_up.clear()  # producers may now be found where they were not
-        return True
+        return await self._catch_up()
 
     async def _look_up_older_producers(self, batch: list[_Pending], now_ms: int) -> None:
         """Producers that continue a sequence (not at 0) unknown to the state rebuilt from the
