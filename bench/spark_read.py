@@ -272,15 +272,21 @@ def lakelog_frame(spark, root: str):
 
 
 def delta_frame(spark, root: str, partitions: int):
+    return delta_union(spark.read, root, READ_TOPIC, partitions)
+
+
+def delta_union(reader, root: str, topic: str, partitions: int):
+    """The partitions' Delta tables read with `reader` (spark.read or spark.readStream) in
+    the Kafka source's columns, as one DataFrame: the baseline lakelog's reads are held to."""
     from pyspark.sql import functions as F
 
     frames = [
-        spark.read.format("delta")
-        .load(partition_table_uri(root, READ_TOPIC, p))
+        reader.format("delta")
+        .load(partition_table_uri(root, topic, p))
         .select(
             "key",
             "value",
-            F.lit(READ_TOPIC).alias("topic"),
+            F.lit(topic).alias("topic"),
             F.lit(p).cast("int").alias("partition"),
             "offset",
             "timestamp",

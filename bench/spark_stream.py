@@ -74,7 +74,6 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from functools import reduce
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -94,12 +93,12 @@ from bench.spark_read import (  # noqa: E402
     RECORD_BYTES,
     CpuMeter,
     Run,
+    delta_union,
     load_topic,
     log,
     median_run,
     start_spark,
 )
-from storage_layout.paths import partition_table_uri  # noqa: E402
 from tests.gateway_process import GatewayProcess, start_gateway  # noqa: E402
 
 DEFAULT_RECORDS = 1_000_000
@@ -144,23 +143,7 @@ def lakelog_stream(spark, root: str, topic: str, max_offsets: int | None):
 
 
 def delta_stream(spark, root: str, topic: str, partitions: int):
-    from pyspark.sql import functions as F
-
-    frames = [
-        spark.readStream.format("delta")
-        .load(partition_table_uri(root, topic, p))
-        .select(
-            "key",
-            "value",
-            F.lit(topic).alias("topic"),
-            F.lit(p).cast("int").alias("partition"),
-            "offset",
-            "timestamp",
-            F.col("timestamp_type").cast("int").alias("timestampType"),
-        )
-        for p in range(partitions)
-    ]
-    return reduce(lambda a, b: a.unionAll(b), frames)
+    return delta_union(spark.readStream, root, topic, partitions)
 
 
 def timed_available_now(spark, source: str, args, root: str, tmp_root: Path, round_no: int):

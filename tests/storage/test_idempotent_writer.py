@@ -43,17 +43,18 @@ def table_uri(tmp_path) -> str:
     return uri
 
 
+def new_writer(table_uri: str, executor, limits: CommitLimits = LIMITS) -> PartitionWriter:
+    return PartitionWriter(
+        DeltaPartitionLog.open(table_uri), config=TopicConfig, executor=executor, limits=limits
+    )
+
+
 def run(table_uri: str, scenario, limits: CommitLimits = LIMITS):
     """Run `scenario(writer)` on a fresh writer over the table, then close it."""
 
     async def main():
         with ThreadPoolExecutor(2) as executor:
-            writer = PartitionWriter(
-                DeltaPartitionLog.open(table_uri),
-                config=TopicConfig,
-                executor=executor,
-                limits=limits,
-            )
+            writer = new_writer(table_uri, executor, limits)
             try:
                 return await scenario(writer)
             finally:
@@ -246,12 +247,7 @@ def test_a_sequence_error_is_checked_against_the_table_first(table_uri):
         for sequence in range(3):
             await send(writer, 1, 0, sequence, 1)
         with ThreadPoolExecutor(1) as executor:
-            other = PartitionWriter(
-                DeltaPartitionLog.open(table_uri),
-                config=TopicConfig,
-                executor=executor,
-                limits=LIMITS,
-            )
+            other = new_writer(table_uri, executor)
             try:
                 await send(other, 1, 0, 3, 1, prefix="other")
             finally:
