@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml
 	# pyspark_lakelog (format("lakelog") with no registration call), as with an installed wheel.
 	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
 	$(BIN)/python -m pipeline.spark
+	# Azurite, the Azure Blob emulator the object-store tests run against (npm, Node 20).
+	mkdir -p $(VENV)/azurite && cd $(VENV)/azurite && npm install --no-audit --no-fund --silent azurite@3.37.0
 	touch $(STAMP)
 
 run: install

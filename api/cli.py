@@ -202,6 +202,7 @@ def _serve(args) -> int:
     from api.app import create_app
     from api.http_protocol import HeadLimits, head_limited_protocol
     from conf.settings import load_settings
+    from storage_layout import store
 
     settings = load_settings(
         data_dir=args.data_dir,
@@ -210,6 +211,12 @@ def _serve(args) -> int:
         node_id=args.node_id,
         advertised_url=args.advertised_url,
     )
+    try:
+        store.configure(settings.storage_options)
+        store.check_root(settings.data_dir)
+    except (ValueError, store.StoreUnusable) as error:
+        print(f"lakelog serve: {error}", file=sys.stderr)
+        return EXIT_USAGE
     print(f"lakelog {VERSION}: serving {settings.data_dir} on {settings.url}", file=sys.stderr)
     uvicorn.run(
         create_app(settings),

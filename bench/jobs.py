@@ -75,6 +75,7 @@ from storage_layout import delta_log, log_commit, paths  # noqa: E402
 from storage_layout.catalog import TopicCatalog  # noqa: E402
 from storage_layout.delta_log import DeltaPartitionLog  # noqa: E402
 from storage_layout.records import NewRecord  # noqa: E402
+from storage_layout.store.local import LocalStore  # noqa: E402
 from storage_layout.topic_config import TopicConfig  # noqa: E402
 
 TOPIC = "bench"
@@ -247,7 +248,7 @@ def delta_log_entries(root: Path) -> int:
 
 def checkpoint_version(root: Path) -> int | None:
     log_dir = paths.partition_table_uri(str(root), TOPIC, 0) + "/_delta_log"
-    version = log_commit.last_checkpoint_version(log_dir)
+    version = log_commit.last_checkpoint_version(LocalStore(log_dir))
     return None if version < 0 else version
 
 

@@ -20,6 +20,11 @@ class Settings(BaseSettings):
 
     # Storage: a local directory or an object-store URI (s3://, abfss://, /Volumes/...).
     data_dir: str = "./data"
+    # Storage options for what has no standard variable (credentials and endpoints come from
+    # AWS_*, AZURE_STORAGE_*, GOOGLE_*): object_store keys such as {"aws_conditional_put":
+    # "etag"}, and lakelog's own {"lakelog.local_commit": "exclusive-create"} (FUSE mounts).
+    # LAKELOG_STORAGE_OPTIONS='{"key": "value"}'.
+    storage_options: dict[str, str] = Field(default_factory=dict)
 
     # Gateway identity and address.
     host: str = "127.0.0.1"

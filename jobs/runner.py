@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from conf.settings import Settings, load_settings
 from jobs import execute, plans
 from jobs.execute import Outcome, Unit
-from storage_layout import paths
+from storage_layout import paths, store
 from storage_layout.catalog import TopicCatalog
 from storage_layout.consumer_offsets import ConsumerOffsets
 from storage_layout.errors import TopicNotFound
@@ -139,7 +139,11 @@ def _on_spark(spark, root: str, units: list[Unit], task) -> Iterator[Outcome]:
     long run."""
     from pyspark.sql import functions as F
 
+    options = store.storage_options()  # explicit ones: the variables reach executors anyway
+
     def run_unit(topic: str, partition: int) -> dict:
+        if options and store.storage_options() != options:
+            store.configure(options)
         return dataclasses.asdict(task(Unit(root, topic, partition)))
 
     # Not Arrow-optimized: that path needs pandas, which a plain UDF does not.
@@ -232,6 +236,7 @@ def request_from(job: str, args: argparse.Namespace) -> JobRequest:
 
 def run_from_args(job: str, args: argparse.Namespace) -> int:
     try:
+        store.configure(load_settings().storage_options)
         summary = run_job(request_from(job, args))
     except (TopicNotFound, ValueError) as error:
         print(f"{job}: error: {error}", file=sys.stderr)

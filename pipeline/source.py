@@ -44,10 +44,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from pipeline.read import EARLIEST, LATEST, kafka_schema, parse_offsets, resolve_range
-from storage_layout import paths
+from storage_layout import paths, store
 from storage_layout.catalog import TopicCatalog
 from storage_layout.delta_log import DeltaPartitionLog, LogSnapshot
-from storage_layout.fs import filesystem
 from storage_layout.schema import FILE_SCHEMA, RECORD_COLUMNS
 
 SOURCE_NAME = "lakelog"
@@ -83,6 +82,9 @@ class OffsetSplit(InputPartition):
     partition: int
     table_uri: str
     files: tuple[FileSlice, ...]
+    # The driver's explicit storage options (credentials from variables reach executors
+    # through their environment; these would not).
+    storage_options: tuple[tuple[str, str], ...] = ()
 
 
 class LakelogDataSource(DataSource):
@@ -288,11 +290,16 @@ def plan_splits(
         files.append(piece)
         records += min(last, data_file.max_offset + 1) - piece.start
         if records >= RECORDS_PER_SPLIT:
-            splits.append(OffsetSplit(topic, partition, table_uri, tuple(files)))
+            splits.append(_split(topic, partition, table_uri, files))
             files, records = [], 0
     if files:
-        splits.append(OffsetSplit(topic, partition, table_uri, tuple(files)))
+        splits.append(_split(topic, partition, table_uri, files))
     return splits
+
+
+def _split(topic: str, partition: int, table_uri: str, files: list[FileSlice]) -> OffsetSplit:
+    options = tuple(sorted(store.storage_options().items()))
+    return OffsetSplit(topic, partition, table_uri, tuple(files), options)
 
 
 # ---- reading (executors) ---------------------------------------------------------------------
@@ -307,12 +314,12 @@ def read_split(split: OffsetSplit, *, include_headers: bool) -> Iterator[pa.Reco
     """
     if not isinstance(split, OffsetSplit):
         return  # no split at all (nothing in range): Spark still runs one empty task
-    fs, base = filesystem(split.table_uri)
+    if split.storage_options and dict(split.storage_options) != store.storage_options():
+        store.configure(dict(split.storage_options))
+    table_store = store.open_store(split.table_uri)
     for piece in split.files:
-        location = paths.join(base, piece.path) if base else piece.path
         table = pq.read_table(
-            location,
-            filesystem=fs,
+            table_store.open_input(piece.path),
             columns=list(RECORD_COLUMNS),
             filters=[("offset", ">=", piece.start), ("offset", "<", piece.end)],
             # Files rewritten by delta-rs (DELETE, OPTIMIZE) store binary_view/string_view,

@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from conf.settings import Settings
 from conf.spark_defaults import SESSION_CONFS, SPARK_DEFAULTS
+from storage_layout import store
 
 
 def build_spark_session(
@@ -31,6 +32,7 @@ def build_spark_session(
     (resolved by Spark through the Ivy cache, downloaded from Maven Central on a cold cache).
     """
     settings = settings or Settings()
+    store.configure(settings.storage_options)
     _use_this_interpreter_for_workers()
     active = SparkSession.getActiveSession()
     if active is not None:

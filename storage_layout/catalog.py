@@ -29,8 +29,8 @@ from storage_layout.errors import (
     TopicExists,
     TopicNotFound,
 )
-from storage_layout.fs import remove_tree
 from storage_layout.schema import TIMESTAMP_TYPE
+from storage_layout.store import open_store
 from storage_layout.topic_config import TopicConfig, validate_topic_name
 
 TOPICS_TABLE = "topics"
@@ -123,7 +123,7 @@ class TopicCatalog:
             topic = TopicInfo(name, uuid.uuid4().hex, version, partitions, config)
             self._commit(topic, on_conflict=TopicExists(name))
         # Leftovers of an earlier topic with this name are garbage once the catalog says so.
-        remove_tree(paths.topic_dir(self.root, name))
+        _remove_tree(paths.topic_dir(self.root, name))
         self._create_tables(name, range(partitions))
         return topic
 
@@ -164,7 +164,7 @@ class TopicCatalog:
                 STATE_DELETED,
             )
             self._commit(deleted, on_conflict=TopicNotFound(name))
-        remove_tree(paths.topic_dir(self.root, name))
+        _remove_tree(paths.topic_dir(self.root, name))
         return deleted
 
     def _create_tables(self, name: str, partitions) -> None:
@@ -220,3 +220,11 @@ def _latest_rows(rows: list[dict]) -> dict[str, TopicInfo]:
         if current is None or row["version"] > current.version:
             latest[row["name"]] = _row_to_topic(row)
     return latest
+
+
+def _remove_tree(uri: str) -> None:
+    """Delete a (deleted or replaced) topic's tables; missing is fine."""
+    try:
+        open_store(uri).delete_tree()
+    except OSError as error:
+        raise StorageUnavailable(f"Cannot delete {uri}: {error}") from error

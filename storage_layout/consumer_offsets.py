@@ -26,19 +26,18 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
-from storage_layout import paths
+from storage_layout import meta_tables, paths
 from storage_layout.delta_log import Leadership
 from storage_layout.errors import LeadershipConflict, StorageError, StorageUnavailable
-from storage_layout.fs import filesystem
 from storage_layout.meta_tables import META_FILES_MAX
 from storage_layout.protocol_check import check_protocol
 from storage_layout.records import TopicPartition
 from storage_layout.schema import NODE_IDS, TIMESTAMP_TYPE
+from storage_layout.store import delta_storage_options, open_store, read_parquet, write_parquet
 
 CONSUMER_OFFSETS_TABLE = "consumer_offsets"
 # Kafka's generation for commits made outside a group generation (admin resets, simple
@@ -157,10 +156,12 @@ class ConsumerOffsets:
 
     def __init__(self, root: str) -> None:
         self._uri = paths.meta_table_uri(paths.normalize_root(root), CONSUMER_OFFSETS_TABLE)
-        self._fs, self._fs_base = filesystem(self._uri)
+        self._store = open_store(self._uri)
         self._lock = threading.Lock()  # guards _dt and _sequences
         self._compacting = threading.Lock()  # at most one compaction from this object at once
-        self._dt = _open_or_create(self._uri)
+        self._dt = meta_tables.open_or_create(
+            self._uri, CONSUMER_OFFSETS_SCHEMA, TABLE_CONFIGURATION
+        )
         check_protocol(self._dt.protocol(), self._uri)
         self._sequences: dict[str, _SequenceCursor] = {}
 
@@ -417,10 +418,8 @@ class ConsumerOffsets:
         schema = pa.schema([CONSUMER_OFFSETS_SCHEMA.field(name) for name in columns])
         tables = [schema.empty_table()]
         for stored in files:
-            path = paths.join(self._fs_base, stored.path) if self._fs_base else stored.path
             try:
-                with self._fs.open_input_file(path) as handle:
-                    tables.append(pq.ParquetFile(handle).read(columns=columns).cast(schema))
+                tables.append(read_parquet(self._store, stored.path, columns).cast(schema))
             except OSError as error:
                 raise StorageUnavailable(
                     f"Cannot read {self._uri}/{stored.path}: {error}"
@@ -462,7 +461,9 @@ class ConsumerOffsets:
         two files (a single file holds no superseded row: a commit writes each partition once
         and a compaction output only latest rows)."""
         try:
-            table = DeltaTable(self._uri)  # its own snapshot: the commit is built on it
+            table = DeltaTable(
+                self._uri, storage_options=delta_storage_options()
+            )  # its own snapshot: the commit is built on it
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot read {self._uri}: {error}") from error
         check_protocol(table.protocol(), self._uri)
@@ -525,18 +526,15 @@ class ConsumerOffsets:
 
     def _write_file(self, rows: pa.Table) -> AddAction:
         relative = f"part-{uuid.uuid4().hex}.zstd.parquet"
-        full = paths.join(self._fs_base, relative) if self._fs_base else relative
         try:
-            pq.write_table(rows, full, filesystem=self._fs, compression="zstd")
-            size = self._fs.get_file_info(full).size
+            size = write_parquet(self._store, relative, rows)
         except OSError as error:
             raise StorageUnavailable(f"Cannot write {self._uri}/{relative}: {error}") from error
         return AddAction(relative, size, {}, int(time.time() * 1000), False, _file_stats(rows))
 
     def _delete_file(self, relative: str) -> None:
-        full = paths.join(self._fs_base, relative) if self._fs_base else relative
         try:
-            self._fs.delete_file(full)
+            self._store.delete(relative)
         except OSError:
             pass  # an orphan: never referenced by the log, so a vacuum removes it
 
@@ -554,29 +552,6 @@ def _app_id(group_id: str) -> str:
 def _is_txn_conflict(error: CommitFailedError) -> bool:
     """delta-rs's message when a commit after our snapshot wrote one of our txn app ids."""
     return "Concurrent transaction" in str(error)
-
-
-def _open_or_create(uri: str) -> DeltaTable:
-    """The table at `uri`, created empty if absent. Of nodes creating it at once, the losers
-    get a commit conflict and load the winner's table."""
-    try:
-        return DeltaTable(uri)
-    except TableNotFoundError:
-        pass
-    except (OSError, DeltaError) as error:
-        raise StorageUnavailable(f"Cannot load {uri}: {error}") from error
-    try:
-        return DeltaTable.create(
-            uri, CONSUMER_OFFSETS_SCHEMA, mode="ignore", configuration=TABLE_CONFIGURATION
-        )
-    except CommitFailedError:
-        pass
-    except (OSError, DeltaError) as error:
-        raise StorageUnavailable(f"Cannot create {uri}: {error}") from error
-    try:
-        return DeltaTable(uri)
-    except (OSError, DeltaError) as error:
-        raise StorageUnavailable(f"Cannot load {uri}: {error}") from error
 
 
 def _files_of(table: DeltaTable) -> list[StoredFile]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import json
-import os
 import time
 import uuid
 from collections.abc import Collection, Sequence
@@ -24,7 +23,6 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
@@ -38,7 +36,6 @@ from storage_layout.errors import (
     OffsetOutOfRange,
     StorageUnavailable,
 )
-from storage_layout.fs import filesystem as _filesystem
 from storage_layout.producer_state import CommittedSpan, ProducerStates
 from storage_layout.protocol_check import check_protocol
 from storage_layout.records import (
@@ -60,6 +57,13 @@ from storage_layout.schema import (
     TIMESTAMP_TYPE,
     TIMESTAMP_TYPE_CREATE_TIME,
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
+)
+from storage_layout.store import (
+    Store,
+    delta_storage_options,
+    open_store,
+    read_parquet,
+    write_parquet,
 )
 from storage_layout.topic_config import TopicConfig
 
@@ -182,11 +186,11 @@ class DeltaPartitionLog:
         self.table_uri = table_uri
         self._fenced = fenced  # False only in the control runs of the fault tests
         self._dt = dt
-        self._fs, self._fs_base = _filesystem(table_uri)
-        # Local fenced tables commit appends directly (log_commit.py); `_dt` is then refreshed
-        # only by `reload`. The unfenced control runs keep delta-rs: no txn, no put-if-absent.
-        self._direct = fenced and paths.is_local(table_uri)
-        self._log_dir = paths.join(self._fs_base, log_commit.LOG_DIR) if self._direct else ""
+        self._store = open_store(table_uri)
+        self._log = self._store.child(log_commit.LOG_DIR)
+        # Fenced tables commit appends directly on every store (log_commit.py); `_dt` is then
+        # refreshed only by `reload`. The unfenced control runs keep delta-rs: no txn.
+        self._direct = fenced
         self._tail_records_max = tail_records_max
         self._snapshot = _load_snapshot(dt, fenced)
         self._held: Leadership | None = None  # leadership this writer asserts in every append
@@ -205,6 +209,7 @@ class DeltaPartitionLog:
             DeltaTable.create(
                 table_uri,
                 PARTITION_SCHEMA,
+                storage_options=delta_storage_options(),
                 mode="ignore",
                 partition_by=[PARTITION_COLUMN],
                 configuration=TABLE_CONFIGURATION,
@@ -224,6 +229,8 @@ class DeltaPartitionLog:
             StorageUnavailable: the table could not be read (retriable).
         """
         if paths.is_local(table_uri) and fenced:
+            # Local disks only: it reads every commit since the checkpoint, one request each
+            # on an object store, where a torn commit cannot happen (whole-object PUTs).
             _check_commit_files(table_uri)
         try:
             dt = _load_table(table_uri)
@@ -255,9 +262,11 @@ class DeltaPartitionLog:
         """Reload if another writer committed since the loaded snapshot (a Spark task that
         appended directly); True if it did. Direct mode only stats the next commit file."""
         if self._direct:
-            next_commit = log_commit.commit_path(self._log_dir, self._snapshot.table_version + 1)
-            if not os.path.exists(next_commit):
-                return False
+            try:
+                if not log_commit.commit_exists(self._log, self._snapshot.table_version + 1):
+                    return False
+            except OSError as error:
+                raise StorageUnavailable(f"Cannot read {self.table_uri}: {error}") from error
             self.reload()
             return True
         before = self._dt.version()
@@ -386,15 +395,13 @@ class DeltaPartitionLog:
         return pa.concat_tables(tables) if tables else _empty_records()
 
     def _read_file(self, data_file: DataFile, from_offset: int) -> pa.Table:
-        path = paths.join(self._fs_base, data_file.path) if self._fs_base else data_file.path
         # Row-group statistics skip the part of a large (optimized) file before `from_offset`.
         filters = [("offset", ">=", from_offset)] if data_file.min_offset < from_offset else None
         try:
             # The schema is given, not inferred: files rewritten by delta-rs store binary_view
             # columns, which the offset filter cannot evaluate before a cast.
             return pq.read_table(
-                path,
-                filesystem=self._fs,
+                self._store.open_input(data_file.path),
                 columns=list(RECORD_COLUMNS),
                 filters=filters,
                 schema=_RECORDS_SCHEMA,
@@ -429,9 +436,8 @@ class DeltaPartitionLog:
                 break
             if data_file.max_timestamp_ms is not None and data_file.max_timestamp_ms < timestamp_ms:
                 continue
-            path = paths.join(self._fs_base, data_file.path) if self._fs_base else data_file.path
             try:
-                table = self._read_parquet(path, ["offset", "timestamp"])
+                table = self._read_parquet(data_file.path, ["offset", "timestamp"])
             except OSError as error:
                 raise StorageUnavailable(
                     f"Cannot read {self.table_uri}/{data_file.path}: {error}"
@@ -494,9 +500,8 @@ class DeltaPartitionLog:
         return ProducerStates.from_spans(_spans_from_rows(rows))
 
     def _read_producer_rows(self, data_file: DataFile) -> pa.Table:
-        path = paths.join(self._fs_base, data_file.path) if self._fs_base else data_file.path
         try:
-            table = self._read_parquet(path, list(_PRODUCER_COLUMNS))
+            table = self._read_parquet(data_file.path, list(_PRODUCER_COLUMNS))
         except OSError as error:
             raise StorageUnavailable(
                 f"Cannot read {self.table_uri}/{data_file.path}: {error}"
@@ -614,11 +619,8 @@ class DeltaPartitionLog:
         self, table: pa.Table, segment: int, now_ms: int, *, data_change: bool = True
     ):
         relative = f"{PARTITION_COLUMN}={segment}/part-{uuid.uuid4().hex}.zstd.parquet"
-        full = paths.join(self._fs_base, relative) if self._fs_base else relative
         try:
-            self._fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
-            pq.write_table(table, full, filesystem=self._fs, compression="zstd")
-            size = self._fs.get_file_info(full).size
+            size = write_parquet(self._store, relative, table)
         except OSError as error:
             raise StorageUnavailable(
                 f"Cannot write {self.table_uri}/{relative}: {error}"
@@ -696,10 +698,10 @@ class DeltaPartitionLog:
         while True:
             version = self._snapshot.table_version + 1
             try:
-                if log_commit.put_if_absent(self._log_dir, version, payload):
+                if log_commit.put_if_absent(self._log, version, payload):
                     self._check_not_shadowed(version, add.path)
                     return
-                winner = log_commit.read_commit(self._log_dir, version)
+                winner = log_commit.read_commit(self._log, version)
             except OSError as error:
                 raise StorageUnavailable(f"Commit to {self.table_uri} failed: {error}") from error
             rearrangement = None if winner is None else log_commit.as_rearrangement(winner)
@@ -733,7 +735,7 @@ class DeltaPartitionLog:
         commit is checked by a reload then, as for a commit below the checkpoint.
         """
         try:
-            return log_commit.last_checkpoint_version(self._log_dir) > version
+            return log_commit.last_checkpoint_version(self._log) > version
         except (OSError, ValueError, KeyError, TypeError):
             return True
 
@@ -812,7 +814,7 @@ class DeltaPartitionLog:
 
     def _upkeep_table(self) -> DeltaTable:
         if self._upkeep_dt is None:
-            self._upkeep_dt = DeltaTable(self.table_uri)
+            self._upkeep_dt = DeltaTable(self.table_uri, storage_options=delta_storage_options())
         return self._upkeep_dt
 
     def _compact_run(self, dt: DeltaTable, run: list[DataFile]) -> int:
@@ -851,11 +853,11 @@ class DeltaPartitionLog:
         )
         removed = {f.path for f in run}
         version = snapshot.table_version + 1
-        while not log_commit.put_if_absent(self._log_dir, version, payload):
-            winner = log_commit.read_commit(self._log_dir, version)
+        while not log_commit.put_if_absent(self._log, version, payload):
+            winner = log_commit.read_commit(self._log, version)
             held = None if self._held is None else self._held.version
             if winner is None or not log_commit.leaves_files(winner, removed, held):
-                self._fs.delete_file(paths.join(self._fs_base, merged.path))
+                self._store.delete(merged.path)
                 return 0
             version += 1
         return len(run)
@@ -878,7 +880,7 @@ class DeltaPartitionLog:
         commit is something else."""
         while True:
             version = self._snapshot.table_version + 1
-            winner = log_commit.read_commit(self._log_dir, version)
+            winner = log_commit.read_commit(self._log, version)
             if winner is None:
                 return
             change = log_commit.as_rearrangement(winner)
@@ -901,18 +903,17 @@ class DeltaPartitionLog:
             self._delete_log_files_before(previous)
 
     def _delete_log_files_before(self, keep_from_version: int) -> None:
-        log_dir = paths.join(self._fs_base, "_delta_log") if self._fs_base else "_delta_log"
-        cutoff_s = time.time() - LOG_GRACE_MS / 1000
-        for info in self._fs.get_file_info(pafs.FileSelector(log_dir)):
-            name = info.path.rsplit("/", 1)[-1]
+        cutoff_ms = int(time.time() * 1000) - LOG_GRACE_MS
+        for stored in self._log.list_temporaries():
+            if stored.modified_ms < cutoff_ms:
+                self._log.delete(stored.name)  # a direct commit crashed before linking it
+        for stored in self._log.list():
+            name = stored.name
             head = name.split(".", 1)[0]
-            if log_commit.is_stale_temporary(name) and info.mtime.timestamp() < cutoff_s:
-                self._fs.delete_file(info.path)  # a direct commit crashed before linking it
-                continue
             if not (head.isdigit() and (name.endswith(".json") or ".checkpoint." in name)):
                 continue
-            if int(head) < keep_from_version and info.mtime.timestamp() < cutoff_s:
-                self._fs.delete_file(info.path)
+            if int(head) < keep_from_version and stored.modified_ms < cutoff_ms:
+                self._log.delete(name)
 
     # ---- small-file compaction ----------------------------------------------------------------
 
@@ -959,7 +960,7 @@ class DeltaPartitionLog:
             )
         if not committed:
             for data_file, _ in written:
-                self._fs.delete_file(paths.join(self._fs_base, data_file.path))
+                self._store.delete(data_file.path)
         if committed and version == before.table_version + 1:
             # Nothing came in between: the new snapshot is known without reading the table
             # (a reload costs as much as the whole job on a partition with a long history).
@@ -1011,8 +1012,8 @@ class DeltaPartitionLog:
         app_ids = tuple(t.app_id for t in transactions)
         version = self._snapshot.table_version + 1
         try:
-            while not log_commit.put_if_absent(self._log_dir, version, payload):
-                winner = log_commit.read_commit(self._log_dir, version)
+            while not log_commit.put_if_absent(self._log, version, payload):
+                winner = log_commit.read_commit(self._log, version)
                 if winner is None or not log_commit.keeps_files(winner, removed, app_ids):
                     return None
                 version += 1
@@ -1069,9 +1070,8 @@ class DeltaPartitionLog:
         return merged
 
     def _read_whole_file(self, data_file: DataFile) -> pa.Table:
-        path = paths.join(self._fs_base, data_file.path) if self._fs_base else data_file.path
         try:
-            return self._read_parquet(path, FILE_SCHEMA.names)
+            return self._read_parquet(data_file.path, FILE_SCHEMA.names)
         except OSError as error:
             raise StorageUnavailable(
                 f"Cannot read {self.table_uri}/{data_file.path}: {error}"
@@ -1080,8 +1080,7 @@ class DeltaPartitionLog:
     def _read_parquet(self, path: str, columns: list[str]) -> pa.Table:
         """A whole file, without dataset discovery (half the cost of pq.read_table for the
         small files that compaction and the producer-state rebuild read by the dozen)."""
-        with self._fs.open_input_file(path) as handle:
-            return pq.ParquetFile(handle).read(columns=columns)
+        return read_parquet(self._store, path, columns)
 
     def _next_tail(self, tail, base_offset: int, table: pa.Table) -> tuple[TailChunk, ...]:
         if self._tail_records_max <= 0:
@@ -1268,7 +1267,7 @@ def vacuum_table(table_uri: str, *, retention_hours: int, dry_run: bool) -> list
     writer's file that is not committed yet is never deleted. The caller enforces its own
     minimum retention (jobs/plans.py), not delta-rs's 7 days."""
     try:
-        return DeltaTable(table_uri).vacuum(
+        return DeltaTable(table_uri, storage_options=delta_storage_options()).vacuum(
             retention_hours=retention_hours,
             dry_run=dry_run,
             enforce_retention_duration=False,
@@ -1313,30 +1312,30 @@ def _load_table(table_uri: str, **options) -> DeltaTable:
         StorageUnavailable: any other failure.
     """
     try:
-        return DeltaTable(table_uri, **options)
+        return DeltaTable(table_uri, storage_options=delta_storage_options(), **options)
     except TableNotFoundError:
         raise
     except (OSError, DeltaError) as error:
         failure = error
-    if isinstance(failure, DeltaError) and paths.is_local(table_uri):
-        log_dir = paths.join(_filesystem(table_uri)[1], log_commit.LOG_DIR)
+    if isinstance(failure, DeltaError):
+        log = open_store(table_uri).child(log_commit.LOG_DIR)
         try:
-            damage = log_commit.damaged_checkpoint(log_dir, str(failure))
+            damage = log_commit.damaged_checkpoint(log, str(failure))
             if damage is not None:
-                message = _checkpoint_damage_message(table_uri, log_dir, *damage)
+                message = _checkpoint_damage_message(table_uri, log, *damage)
                 raise CorruptPartition(message) from failure
-            if log_commit.drop_dangling_checkpoint_hint(log_dir):
+            if log_commit.drop_dangling_checkpoint_hint(log):
                 return _load_table(table_uri, **options)
         except OSError as error:
             raise StorageUnavailable(f"Cannot read the log of {table_uri}: {error}") from error
     raise StorageUnavailable(f"Cannot load table {table_uri}: {failure}") from failure
 
 
-def _checkpoint_damage_message(table_uri: str, log_dir: str, version: int, damaged) -> str:
-    hint = paths.join(log_dir, log_commit.LAST_CHECKPOINT)
-    if log_commit.commits_replace_checkpoint(log_dir, version):
+def _checkpoint_damage_message(table_uri: str, log: Store, version: int, damaged) -> str:
+    hint = paths.join(log.uri, log_commit.LAST_CHECKPOINT)
+    if log_commit.commits_replace_checkpoint(log, version):
         advice = (
-            f"Every commit up to it is still in {log_dir}: delete the damaged checkpoint "
+            f"Every commit up to it is still in {log.uri}: delete the damaged checkpoint "
             f"file(s) and {hint}, and the table is read from its JSON commits (and any older "
             f"checkpoint); no record is lost."
         )
@@ -1352,9 +1351,9 @@ def _checkpoint_damage_message(table_uri: str, log_dir: str, version: int, damag
 
 
 def _check_commit_files(table_uri: str) -> None:
-    log_dir = paths.join(_filesystem(table_uri)[1], log_commit.LOG_DIR)
+    log = open_store(table_uri).child(log_commit.LOG_DIR)
     try:
-        damaged = log_commit.unreadable_commits(log_dir)
+        damaged = log_commit.unreadable_commits(log)
     except FileNotFoundError:
         return  # no table: loading it says so
     except OSError as error:

@@ -1,38 +1,34 @@
-"""Direct commits to a local partition table's `_delta_log`: the append hot path.
+"""Direct commits to a partition table's `_delta_log`: the append hot path, on every store.
 
 Why not delta-rs here: its commit builds a new table snapshot after writing the commit file and
 then drops it, so the writer has to refresh its DeltaTable again; the two snapshot updates were
-~10 ms of a ~12 ms one-record append (BENCHMARKS.md, "Direct commits"). The partition log knows
-exactly what it commits, so on a local file system it writes the commit file itself and
-advances its own file index.
+~10 ms of a ~12 ms one-record append (BENCHMARKS.md, "Direct commits"), and on an object store
+each costs requests. The partition log knows exactly what it commits, so it writes the commit
+file itself and advances its own file index.
 
-Atomicity is the Delta protocol's own rule, done as delta-rs's local store does it: the commit
-is written under a temporary name and hard-linked to `<version>.json`, which fails if that
-version exists (put-if-absent). A writer whose snapshot is version N that creates N + 1 knows
-that nothing was committed in between, so its `txn` compare-and-sets hold (FORMAT.md §3). When
-N + 1 exists, the winner is read: a pure file rearrangement (housekeeping's compaction:
-`dataChange=false` adds and removes, no txn) is applied to the snapshot and the append retries
-at the next version; anything else sends the writer through a full reload and the usual
-conflict checks. The commits are ordinary Delta JSON that delta-rs and Spark read, carrying the
-same `txn` actions, so delta-rs and Spark writers still see the CAS.
-
-Object stores have no put-if-absent in pyarrow; partition tables there commit through delta-rs.
+Atomicity is the Delta protocol's own rule: `<version>.json` is created with the store's
+put-if-absent (storage_layout/store: a hard link locally, an exclusive create on FUSE mounts, a
+conditional PUT on object stores), which fails if that version exists. A writer whose snapshot
+is version N that creates N + 1 knows that nothing was committed in between, so its `txn`
+compare-and-sets hold (FORMAT.md §3). When N + 1 exists, the winner is read: a pure file
+rearrangement (housekeeping's small-file merge: `dataChange=false` adds and removes, no txn)
+is applied to the snapshot and the append retries at the next version; anything else sends the
+writer through a full reload and the usual conflict checks. The commits are ordinary Delta JSON
+that delta-rs and Spark read, carrying the same `txn` actions, so delta-rs and Spark writers
+still see the CAS.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from storage_layout.store import Store, StoreError
+
 LOG_DIR = "_delta_log"
-TEMPORARY_PREFIX = "_commit_"
-TEMPORARY_SUFFIX = ".json.tmp"
 ENGINE_INFO = "lakelog"
 LAST_CHECKPOINT = "_last_checkpoint"
 # Complete checkpoint names only (classic and multi-part). delta-rs writes a checkpoint (and
@@ -53,10 +49,6 @@ class Rearrangement:
 
     adds: tuple[dict[str, Any], ...]
     removed_paths: frozenset[str]
-
-
-def commit_path(log_dir: str, version: int) -> str:
-    return os.path.join(log_dir, f"{version:020d}.json")
 
 
 def add_action(
@@ -146,67 +138,53 @@ def _ndjson(actions: list[dict[str, Any]]) -> bytes:
     return b"".join(json.dumps(a, separators=(",", ":")).encode() + b"\n" for a in actions)
 
 
-def put_if_absent(log_dir: str, version: int, payload: bytes) -> bool:
-    """Create commit `version` with `payload`; False (and nothing written) if it exists.
-
-    A link that reports "exists" although it is our own payload (a retried link on a network
-    file system) counts as created: every payload names a fresh data file, so it is unique.
-    """
-    temporary = os.path.join(log_dir, f"{TEMPORARY_PREFIX}{uuid.uuid4().hex}{TEMPORARY_SUFFIX}")
-    try:
-        with open(temporary, "wb") as out:
-            out.write(payload)
-        os.link(temporary, commit_path(log_dir, version))
-    except FileExistsError:
-        return _holds(commit_path(log_dir, version), payload)
-    finally:
-        with contextlib.suppress(OSError):  # a leftover temporary is trimmed later
-            os.unlink(temporary)
-    return True
+def commit_name(version: int) -> str:
+    return f"{version:020d}.json"
 
 
-def _holds(path: str, payload: bytes) -> bool:
-    try:
-        with open(path, "rb") as existing:
-            return existing.read() == payload
-    except FileNotFoundError:
-        return False
+def put_if_absent(log: Store, version: int, payload: bytes) -> bool:
+    """Create commit `version` with `payload` in the `_delta_log` store `log`; False (and
+    nothing written) if it exists. A create whose answer was lost counts as created when the
+    commit holds our payload: every payload names a fresh data file, so it is unique."""
+    return log.put_if_absent(commit_name(version), payload)
 
 
-def is_stale_temporary(name: str) -> bool:
-    """A temporary commit file name (left by a crash between write and link)."""
-    return name.startswith(TEMPORARY_PREFIX) and name.endswith(TEMPORARY_SUFFIX)
+def commit_exists(log: Store, version: int) -> bool:
+    return log.exists(commit_name(version))
 
 
-def read_commit(log_dir: str, version: int) -> list[dict[str, Any]] | None:
+def read_commit(log: Store, version: int) -> list[dict[str, Any]] | None:
     """The actions of commit `version`, or None if it does not exist (yet, or any more)."""
-    try:
-        with open(commit_path(log_dir, version), "rb") as commit:
-            return [json.loads(line) for line in commit if line.strip()]
-    except FileNotFoundError:
+    payload = log.get(commit_name(version))
+    if payload is None:
         return None
-
-
-def last_checkpoint_version(log_dir: str) -> int:
-    """The version `_last_checkpoint` names, or -1 when there is none."""
     try:
-        with open(os.path.join(log_dir, LAST_CHECKPOINT), "rb") as pointer:
-            return int(json.loads(pointer.read())["version"])
-    except FileNotFoundError:
+        return [json.loads(line) for line in payload.split(b"\n") if line.strip()]
+    except ValueError as error:
+        # Only an exclusive-create store (FUSE) shows a commit before its bytes are all
+        # there; anywhere else this is damage. Either way the caller answers "retry".
+        raise StoreError(f"{log.uri}/{commit_name(version)} is incomplete: {error}") from error
+
+
+def last_checkpoint_version(log: Store) -> int:
+    """The version `_last_checkpoint` names, or -1 when there is none."""
+    pointer = log.get(LAST_CHECKPOINT)
+    if pointer is None:
         return -1
+    return int(json.loads(pointer)["version"])
 
 
-def checkpoint_files(log_dir: str) -> dict[int, list[str]]:
-    """The complete checkpoint files in `log_dir` (full paths), by version."""
+def checkpoint_files(log: Store) -> dict[int, list[str]]:
+    """The complete checkpoint files in the log (names), by version."""
     by_version: dict[int, list[str]] = {}
-    for name in sorted(os.listdir(log_dir)):
-        match = _CHECKPOINT_NAME.fullmatch(name)
+    for stored in log.list():
+        match = _CHECKPOINT_NAME.fullmatch(stored.name)
         if match:
-            by_version.setdefault(int(match[1]), []).append(os.path.join(log_dir, name))
+            by_version.setdefault(int(match[1]), []).append(stored.name)
     return by_version
 
 
-def damaged_checkpoint(log_dir: str, load_error: str) -> tuple[int, list[str]] | None:
+def damaged_checkpoint(log: Store, load_error: str) -> tuple[int, list[str]] | None:
     """The newest checkpoint's version and its files that are present but unreadable (each
     "<path>: <why>"), or None when it is fine, after delta-rs failed to load the table with
     `load_error`. Too short or without the Parquet magic (truncated, zeroed) is damage
@@ -216,41 +194,48 @@ def damaged_checkpoint(log_dir: str, load_error: str) -> tuple[int, list[str]] |
     Raises:
         OSError: the files could not be read (an I/O failure, not damage).
     """
-    by_version = checkpoint_files(log_dir)
+    by_version = checkpoint_files(log)
     if not by_version:
         return None
     version = max(by_version)
     files = by_version[version]
-    damaged = [f"{path}: {why}" for path in files if (why := _parquet_problem(path))]
+    damaged = [
+        f"{_where(log, name)}: {why}" for name in files if (why := _parquet_problem(log, name))
+    ]
     if not damaged and _PARQUET_DECODE_ERROR.search(load_error) and "os error" not in load_error:
-        damaged = [f"{path}: {load_error}" for path in files]
+        damaged = [f"{_where(log, name)}: {load_error}" for name in files]
     return (version, damaged) if damaged else None
 
 
-def _parquet_problem(path: str) -> str | None:
-    with open(path, "rb") as checkpoint:
-        size = os.fstat(checkpoint.fileno()).st_size
-        if size < _PARQUET_BYTES_MIN:
-            return f"{size} bytes, shorter than any Parquet file"
-        head = checkpoint.read(len(_PARQUET_MAGIC))
-        checkpoint.seek(-len(_PARQUET_MAGIC), os.SEEK_END)
-        tail = checkpoint.read(len(_PARQUET_MAGIC))
-    if head != _PARQUET_MAGIC or tail != _PARQUET_MAGIC:
+def _where(log: Store, name: str) -> str:
+    return f"{log.uri}/{name}"
+
+
+def _parquet_problem(log: Store, name: str) -> str | None:
+    data = log.get(name)
+    if data is None:
+        return None  # gone meanwhile (log cleanup): nothing to judge
+    if len(data) < _PARQUET_BYTES_MIN:
+        return f"{len(data)} bytes, shorter than any Parquet file"
+    if (
+        data[: len(_PARQUET_MAGIC)] != _PARQUET_MAGIC
+        or data[-len(_PARQUET_MAGIC) :] != _PARQUET_MAGIC
+    ):
         return "no Parquet magic at its start or end (truncated or overwritten)"
     return None
 
 
-def commits_replace_checkpoint(log_dir: str, version: int) -> bool:
+def commits_replace_checkpoint(log: Store, version: int) -> bool:
     """Whether the table can be read without checkpoint `version`: every JSON commit up to it
     is still there after the previous checkpoint (or from 0). Housekeeping trims commits only
     below the previous checkpoint, so this holds unless older logs were cleaned up."""
-    older = [v for v in checkpoint_files(log_dir) if v < version]
+    older = [v for v in checkpoint_files(log) if v < version]
     first = max(older) + 1 if older else 0
-    names = set(os.listdir(log_dir))
-    return all(f"{v:020d}.json" in names for v in range(first, version + 1))
+    names = {stored.name for stored in log.list()}
+    return all(commit_name(v) in names for v in range(first, version + 1))
 
 
-def drop_dangling_checkpoint_hint(log_dir: str) -> bool:
+def drop_dangling_checkpoint_hint(log: Store) -> bool:
     """Delete `_last_checkpoint` if it names a checkpoint that is not there; True if it did.
 
     delta-rs refuses to load a table whose hint names a missing checkpoint ("Had a
@@ -261,32 +246,31 @@ def drop_dangling_checkpoint_hint(log_dir: str) -> bool:
     is deleted, which costs readers one listing of the log.
     """
     try:
-        version = last_checkpoint_version(log_dir)
+        version = last_checkpoint_version(log)
     except (ValueError, KeyError, TypeError):
         return False  # unparsable: delta-rs ignores it already
-    if version < 0 or version in checkpoint_files(log_dir):
+    if version < 0 or version in checkpoint_files(log):
         return False
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(log_dir, LAST_CHECKPOINT))
+    log.delete(LAST_CHECKPOINT)
     return True
 
 
-def unreadable_commits(log_dir: str) -> list[str]:
+def unreadable_commits(log: Store) -> list[str]:
     """Commit files after the latest checkpoint that are empty or not JSON lines, each as
     "<version>: <why>". A commit is written whole and then linked into place, so such a file
     is damage from outside (a disk, a tool); delta-rs would read an empty one as a commit
     with no actions and silently drop what it held."""
     try:
-        floor = last_checkpoint_version(log_dir)
+        floor = last_checkpoint_version(log)
     except (ValueError, KeyError, TypeError):
         floor = -1  # a damaged pointer: check every commit file there is
     damaged = []
-    for name in sorted(os.listdir(log_dir)):
-        stem, _, suffix = name.partition(".")
+    for stored in log.list():
+        stem, _, suffix = stored.name.partition(".")
         if suffix != "json" or not stem.isdigit() or int(stem) <= floor:
             continue
-        with open(os.path.join(log_dir, name), "rb") as commit:
-            problem = _commit_problem(commit.read())
+        payload = log.get(stored.name)
+        problem = None if payload is None else _commit_problem(payload)
         if problem:
             damaged.append(f"{int(stem)}: {problem}")
     return damaged

@@ -12,11 +12,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-import pyarrow.fs as pafs
-
 from storage_layout import paths
 from storage_layout.errors import StorageUnavailable
-from storage_layout.fs import filesystem
+from storage_layout.store import open_store
 
 NODES_DIR = "nodes"
 
@@ -36,20 +34,10 @@ class NodeRegistry:
 
     def __init__(self, root: str) -> None:
         self._dir = paths.meta_table_uri(paths.normalize_root(root), NODES_DIR)
-        self._fs, base = filesystem(self._dir)
-        self._base = base
-        try:
-            self._fs.create_dir(self._path(""), recursive=True)
-        except OSError as error:
-            raise StorageUnavailable(f"Cannot create {self._dir}: {error}") from error
-
-    def _path(self, name: str) -> str:
-        if not self._base:
-            return name
-        return paths.join(self._base, name) if name else self._base
+        self._store = open_store(self._dir)
 
     def write(self, record: NodeRecord) -> None:
-        """Replace this node's file (a whole-object write: readers never see half of it)."""
+        """Replace this node's file (whole-object writes: readers never see half of it)."""
         data = json.dumps(
             {
                 "node_id": record.node_id,
@@ -58,49 +46,43 @@ class NodeRegistry:
                 "incarnation": record.incarnation,
             }
         ).encode()
-        final = self._path(f"{record.node_id}.json")
+        name = f"{record.node_id}.json"
         try:
-            if isinstance(self._fs, pafs.LocalFileSystem):
-                # Local disks: write aside then rename, so a reader never sees a torn file.
-                staging = self._path(f".{record.node_id}.json.tmp")
-                with self._fs.open_output_stream(staging) as stream:
-                    stream.write(data)
-                self._fs.move(staging, final)
-            else:
-                with self._fs.open_output_stream(final) as stream:
-                    stream.write(data)
+            self._store.put(name, data)
         except OSError as error:
-            raise StorageUnavailable(f"Cannot write node record {final}: {error}") from error
+            raise StorageUnavailable(
+                f"Cannot write node record {self._dir}/{name}: {error}"
+            ) from error
 
     def remove(self, node_id: int) -> None:
         """Delete a node's record: a node that has left on purpose is dead at once."""
         try:
-            self._fs.delete_file(self._path(f"{node_id}.json"))
-        except FileNotFoundError:
-            pass
+            self._store.delete(f"{node_id}.json")
         except OSError as error:
             raise StorageUnavailable(f"Cannot remove node record {node_id}: {error}") from error
 
     def read_all(self) -> dict[int, NodeRecord]:
         """Every node's last record (unreadable or torn files are skipped)."""
         try:
-            infos = self._fs.get_file_info(pafs.FileSelector(self._path(""), allow_not_found=True))
+            stored = self._store.list()
         except OSError as error:
             raise StorageUnavailable(f"Cannot list {self._dir}: {error}") from error
         records = {}
-        for info in infos:
-            name = info.path.rsplit("/", 1)[-1]
+        for item in stored:
+            name = item.name
             if not name.endswith(".json") or name.startswith("."):
                 continue
-            record = self._read(info.path)
+            record = self._read(name)
             if record is not None:
                 records[record.node_id] = record
         return records
 
     def _read(self, path: str) -> NodeRecord | None:
         try:
-            with self._fs.open_input_stream(path) as stream:
-                data = json.loads(stream.read())
+            payload = self._store.get(path)
+            if payload is None:
+                return None  # removed since the listing
+            data = json.loads(payload)
             return NodeRecord(
                 int(data["node_id"]),
                 str(data["url"]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 
 import httpx
 import pytest
@@ -45,3 +46,53 @@ def create_topic(client: httpx.Client, name: str, partitions: int = 1, **configs
     response = client.post("/v3/clusters/lakelog/topics", json=body)
     assert response.status_code == 201, response.text
     return response.json()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """One moto S3 server for the run, its AWS_* variables set in this process too (as a user
+    sets them), so in-process stores and delta-rs reach it. Tests take their own buckets."""
+    from tests.s3_server import start_s3_server
+
+    server = start_s3_server(tmp_path_factory.mktemp("s3"))
+    saved = {name: os.environ.get(name) for name in server.env}
+    os.environ.update(server.env)
+    yield server
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    server.stop()
+
+
+@pytest.fixture
+def s3_root(s3_server) -> str:
+    """A storage root in a new bucket: `s3://<bucket>/lakelog`."""
+    return f"s3://{s3_server.create_bucket()}/lakelog"
+
+
+@pytest.fixture(scope="session")
+def azure_server(tmp_path_factory):
+    """One Azurite blob service for the run (installed by `make install`), its AZURE_*
+    variables set in this process as a user sets them. Tests take their own containers."""
+    from tests.azurite_server import azurite_installed, start_azurite
+
+    if not azurite_installed():
+        pytest.fail("Azurite is not installed under .venv/azurite: run `make install`")
+    server = start_azurite(tmp_path_factory.mktemp("azurite"))
+    saved = {name: os.environ.get(name) for name in server.env}
+    os.environ.update(server.env)
+    yield server
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    server.stop()
+
+
+@pytest.fixture
+def azure_root(azure_server) -> str:
+    """A storage root in a new container: `az://<container>/lakelog`."""
+    return f"az://{azure_server.create_container()}/lakelog"

@@ -32,6 +32,10 @@ class GatewayProcess:
     data_dir: Path
     log_path: Path
     verify: ssl.SSLContext | bool = True  # how to check its certificate, with TLS on
+    root: str = ""  # its storage root: data_dir, or the object-store URI it was given
+
+    def __post_init__(self) -> None:
+        self.root = self.root or str(self.data_dir)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -47,10 +51,16 @@ class GatewayProcess:
 
 
 def start_gateway(
-    data_dir: Path, *, env: dict[str, str] | None = None, verify: ssl.SSLContext | bool = True
+    data_dir: Path,
+    *,
+    env: dict[str, str] | None = None,
+    verify: ssl.SSLContext | bool = True,
+    root: str | None = None,
 ) -> GatewayProcess:
     """Run `python -m api.cli serve` with `env` overrides (LAKELOG_*); wait until it answers
-    (over HTTPS, checked with `verify`, when `env` sets LAKELOG_TLS_CERT_FILE)."""
+    (over HTTPS, checked with `verify`, when `env` sets LAKELOG_TLS_CERT_FILE). `root` (an
+    object-store URI) replaces `data_dir` as the storage root; its log still goes beside
+    `data_dir`."""
     port = free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir.parent / f"gateway-{port}.log"
@@ -60,7 +70,7 @@ def start_gateway(
         "api.cli",
         "serve",
         "--data-dir",
-        str(data_dir),
+        root or str(data_dir),
         "--host",
         "127.0.0.1",
         "--port",
@@ -73,7 +83,8 @@ def start_gateway(
         env={**os.environ, **(env or {})},
     )
     scheme = "https" if "LAKELOG_TLS_CERT_FILE" in (env or {}) else "http"
-    gateway = GatewayProcess(process, f"{scheme}://127.0.0.1:{port}", data_dir, log_path, verify)
+    url = f"{scheme}://127.0.0.1:{port}"
+    gateway = GatewayProcess(process, url, data_dir, log_path, verify, root or "")
     _wait_ready(gateway)
     return gateway
 

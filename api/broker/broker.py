@@ -29,7 +29,7 @@ from api.broker.errors import (
 from api.broker.leaders import Leaders, Route
 from api.broker.writer import FOREIGN_CHECK_INTERVAL_MS, BatchAck, CommitLimits
 from conf.settings import Settings
-from storage_layout import paths
+from storage_layout import paths, store
 from storage_layout.append_wire import INTERNAL_APPEND_PATH, encode_append
 from storage_layout.catalog import TopicCatalog, TopicInfo, check_partition_count
 from storage_layout.consumer_offsets import ConsumerOffsets
@@ -116,6 +116,7 @@ class Broker:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        store.configure(settings.storage_options)
         self.root = paths.normalize_root(settings.data_dir)
         self._executor = ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="lakelog-io")
         self._catalog: TopicCatalog | None = None

@@ -47,9 +47,12 @@ def _handler(function):
     @functools.wraps(function)
     def run(args) -> int:
         from conf.settings import load_settings
+        from storage_layout import store
         from storage_layout.errors import StorageError
 
-        args.root = load_settings(data_dir=args.data_dir).data_dir
+        settings = load_settings(data_dir=args.data_dir)
+        store.configure(settings.storage_options)
+        args.root = settings.data_dir
         try:
             return function(args) or 0
         except (StorageError, CommandFailed) as error:

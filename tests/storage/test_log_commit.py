@@ -14,6 +14,7 @@ from storage_layout import delta_log, log_commit
 from storage_layout.delta_log import COMPACT_FILES_MIN, DeltaPartitionLog
 from storage_layout.errors import AppendConflict
 from storage_layout.records import NewRecord
+from storage_layout.store.local import LocalStore
 from storage_layout.topic_config import TopicConfig
 
 CONFIG = TopicConfig()
@@ -32,10 +33,11 @@ def one(value: str) -> list[NewRecord]:
 
 def test_put_if_absent_never_replaces_a_version(tmp_path):
     """The second writer of a version gets False and the first commit stays as it was."""
-    assert log_commit.put_if_absent(str(tmp_path), 7, b'{"a":1}\n')
-    assert not log_commit.put_if_absent(str(tmp_path), 7, b'{"b":2}\n')
-    assert log_commit.read_commit(str(tmp_path), 7) == [{"a": 1}]
-    assert log_commit.read_commit(str(tmp_path), 8) is None
+    log = LocalStore(str(tmp_path))
+    assert log_commit.put_if_absent(log, 7, b'{"a":1}\n')
+    assert not log_commit.put_if_absent(log, 7, b'{"b":2}\n')
+    assert log_commit.read_commit(log, 7) == [{"a": 1}]
+    assert log_commit.read_commit(log, 8) is None
     assert os.listdir(tmp_path) == ["00000000000000000007.json"]  # no temporary left behind
 
 
@@ -116,7 +118,7 @@ def test_a_writer_paused_past_the_log_trim_is_not_acknowledged(table_uri, monkey
         live.append(one(f"v{index}"), config=CONFIG)
         if index % 50 == 49:
             live.housekeeping()
-    assert not os.path.exists(log_commit.commit_path(os.path.join(table_uri, "_delta_log"), 2))
+    assert not os.path.exists(os.path.join(table_uri, "_delta_log", log_commit.commit_name(2)))
     with pytest.raises(AppendConflict):
         stale.append(one("lost"), config=CONFIG)
     table = DeltaTable(table_uri).to_pyarrow_table()
@@ -141,7 +143,7 @@ def test_a_statistics_rewrite_of_live_files_is_not_stepped_over(table_uri):
         json.dumps({"numRecords": 1, "minValues": {"offset": 0}, "maxValues": {"offset": 0}}),
         data_change=False,
     )
-    log_dir = os.path.join(table_uri, "_delta_log")
+    log_dir = LocalStore(os.path.join(table_uri, "_delta_log"))
     assert log_commit.put_if_absent(log_dir, 4, log_commit._ndjson([{"add": add}]))
     assert log.append(one("v3"), config=CONFIG).base_offset == 3
     fetched = log.read(from_offset=0, records_max=10, bytes_max=10**6).records
@@ -166,6 +168,7 @@ def test_a_deposed_leaders_compaction_does_not_step_over_a_new_leader():
 def test_put_if_absent_recognises_its_own_commit(tmp_path):
     """A link that reports 'exists' for our own payload (a retried link) counts as created."""
     payload = b'{"add":{"path":"x"}}\n'
-    assert log_commit.put_if_absent(str(tmp_path), 3, payload)
-    assert log_commit.put_if_absent(str(tmp_path), 3, payload)
-    assert not log_commit.put_if_absent(str(tmp_path), 3, b'{"other":1}\n')
+    log = LocalStore(str(tmp_path))
+    assert log_commit.put_if_absent(log, 3, payload)
+    assert log_commit.put_if_absent(log, 3, payload)
+    assert not log_commit.put_if_absent(log, 3, b'{"other":1}\n')

@@ -1,0 +1,166 @@
+"""Local-disk stores: a directory, with hard links or (FUSE mounts) exclusive creates."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import uuid
+
+import pyarrow as pa
+
+from storage_layout.store.base import Store, StoredObject, holds
+
+# Temporary names of whole-object writes, published by link or rename. Listings skip them;
+# a crash between the write and the publish leaves one, trimmed by housekeeping.
+TEMPORARY_PREFIX = "_commit_"
+TEMPORARY_SUFFIX = ".tmp"
+# errno values of a file system that cannot hard-link (FUSE mounts such as /Volumes and /dbfs,
+# some network file systems).
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV}
+
+
+class LocalStore(Store):
+    """A local directory. put_if_absent writes a temporary file and hard-links it to its name:
+    the link fails if the name exists, and readers see the file whole (delta-rs does the same).
+    """
+
+    kind = "local"
+
+    def __init__(self, root: str) -> None:
+        self.uri = root
+
+    def child(self, relative: str) -> Store:
+        return type(self)(os.path.join(self.uri, relative))
+
+    def _full(self, path: str) -> str:
+        return os.path.join(self.uri, path) if path else self.uri
+
+    def _write_temporary(self, path: str, data: bytes) -> str:
+        full = self._full(path)
+        directory = os.path.dirname(full)
+        os.makedirs(directory, exist_ok=True)
+        temporary = os.path.join(
+            directory, f"{TEMPORARY_PREFIX}{uuid.uuid4().hex}{TEMPORARY_SUFFIX}"
+        )
+        with open(temporary, "wb") as out:
+            out.write(data)
+        return temporary
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        temporary = self._write_temporary(path, data)
+        try:
+            os.link(temporary, self._full(path))
+        except FileExistsError:
+            return holds(self, path, data)
+        finally:
+            with contextlib.suppress(OSError):  # a leftover temporary is trimmed later
+                os.unlink(temporary)
+        return True
+
+    def put(self, path: str, data: bytes) -> None:
+        temporary = self._write_temporary(path, data)
+        os.replace(temporary, self._full(path))
+
+    def get(self, path: str) -> bytes | None:
+        try:
+            with open(self._full(path), "rb") as source:
+                return source.read()
+        except FileNotFoundError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self._full(path))
+
+    def list(self, directory: str = "") -> list[StoredObject]:
+        try:
+            entries = list(os.scandir(self._full(directory)))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        found = []
+        for entry in entries:
+            if is_temporary(entry.name):
+                continue
+            try:
+                if not entry.is_file():
+                    continue
+                info = entry.stat()
+            except FileNotFoundError:
+                continue  # deleted while listing
+            found.append(StoredObject(entry.name, info.st_size, info.st_mtime_ns // 1_000_000))
+        return sorted(found, key=lambda item: item.name)
+
+    def list_temporaries(self, directory: str = "") -> list[StoredObject]:
+        """Leftover temporaries in `directory` (a writer crashed between write and publish)."""
+        try:
+            entries = [e for e in os.scandir(self._full(directory)) if is_temporary(e.name)]
+        except FileNotFoundError:
+            return []
+        found = []
+        for entry in entries:
+            with contextlib.suppress(FileNotFoundError):
+                info = entry.stat()
+                found.append(StoredObject(entry.name, info.st_size, info.st_mtime_ns // 1_000_000))
+        return found
+
+    def delete(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._full(path))
+
+    def delete_tree(self, directory: str = "") -> None:
+        shutil.rmtree(self._full(directory), ignore_errors=True)
+
+    def open_input(self, path: str) -> pa.NativeFile:
+        return pa.OSFile(self._full(path))
+
+
+class ExclusiveCreateStore(LocalStore):
+    """A local directory on a file system without hard links (FUSE mounts: Unity Catalog
+    Volumes, /dbfs). put_if_absent creates the name with O_CREAT|O_EXCL, which such file
+    systems still make exclusive, then writes and syncs the bytes.
+
+    The price: between the create and the write a reader can see the file empty or short. The
+    payload goes in one write; a reader that catches a commit mid-write cannot parse it and
+    answers "retry" (log_commit.read_commit raises StoreError), and the retry sees it whole.
+    """
+
+    kind = "local-exclusive-create"
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        full = self._full(path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        try:
+            descriptor = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return holds(self, path, data)
+        try:
+            os.write(descriptor, data)
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        return True
+
+
+def is_temporary(name: str) -> bool:
+    return name.startswith(TEMPORARY_PREFIX) and name.endswith(TEMPORARY_SUFFIX)
+
+
+def supports_hard_links(directory: str) -> bool:
+    """Probe once whether `directory`'s file system can hard-link (creates it if missing)."""
+    os.makedirs(directory, exist_ok=True)
+    probe = os.path.join(directory, f"{TEMPORARY_PREFIX}probe-{uuid.uuid4().hex}{TEMPORARY_SUFFIX}")
+    linked = probe + ".link"
+    try:
+        with open(probe, "wb"):
+            pass
+        os.link(probe, linked)
+    except OSError as error:
+        if error.errno in _NO_HARD_LINKS:
+            return False
+        raise
+    finally:
+        for name in (probe, linked):
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+    return True
