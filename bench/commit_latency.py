@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from storage_layout.delta_log import DeltaPartitionLog  # noqa: E402
+from storage_layout.log import DeltaPartitionLog  # noqa: E402
 from storage_layout.records import NewRecord  # noqa: E402
 from storage_layout.topic_config import TopicConfig  # noqa: E402
 

@@ -71,9 +71,14 @@ if str(REPO) not in sys.path:
 from bench.produce_fetch import machine_info, report_header  # noqa: E402
 from jobs import execute, plans  # noqa: E402
 from jobs.runner import ENGINE_LOCAL, JobRequest, Summary, run_job  # noqa: E402
-from storage_layout import delta_log, log_commit, paths  # noqa: E402
+from storage_layout import log_commit, paths  # noqa: E402
 from storage_layout.catalog import TopicCatalog  # noqa: E402
-from storage_layout.delta_log import DeltaPartitionLog  # noqa: E402
+from storage_layout.log import (  # noqa: E402
+    DeltaPartitionLog,  # noqa: E402
+    load_table,
+    partition_log,
+)
+from storage_layout.log import tables as log_tables  # noqa: E402
 from storage_layout.records import NewRecord  # noqa: E402
 from storage_layout.store.local import LocalStore  # noqa: E402
 from storage_layout.topic_config import TopicConfig  # noqa: E402
@@ -186,7 +191,7 @@ def phase_timers() -> Iterator[PhaseTimers]:
         wrapped = timers.wrap(name, fn)
         setattr(owner, attribute, classmethod(wrapped) if classmethod_ else wrapped)
 
-    class TimedDeltaTable(DeltaTable):  # delta_log's `DeltaTable(uri)`: the log replay
+    class TimedDeltaTable(DeltaTable):  # the tables module's `DeltaTable(uri)`: the log replay
         def __init__(self, *args, **kwargs) -> None:
             started = time.perf_counter()
             try:
@@ -194,14 +199,14 @@ def phase_timers() -> Iterator[PhaseTimers]:
             finally:
                 timers.add("DeltaTable load", time.perf_counter() - started)
 
-    originals.append((delta_log, "DeltaTable", delta_log.DeltaTable))
-    delta_log.DeltaTable = TimedDeltaTable
-    patch(delta_log, "_load_snapshot", "file index (_load_snapshot)")
+    originals.append((log_tables, "DeltaTable", log_tables.DeltaTable))
+    log_tables.DeltaTable = TimedDeltaTable
+    patch(partition_log, "load_snapshot", "file index (load_snapshot)")
     patch(DeltaPartitionLog, "open", "DeltaPartitionLog.open", classmethod_=True)
     patch(DeltaPartitionLog, "reload", "reload after commit")
     patch(DeltaPartitionLog, "commit_maintenance", "commit_maintenance")
     patch(DeltaPartitionLog, "read_files", "read_files")
-    patch(DeltaPartitionLog, "_write_data_file", "write Parquet")
+    patch(partition_log, "write_data_file", "write Parquet")
     patch(TopicCatalog, "__init__", "catalog open")
     patch(TopicCatalog, "topics", "catalog read")
     patch(plans, "plan_retention", "plan")
@@ -442,7 +447,7 @@ def rolled_back(uri: str, version: int) -> Iterator[None]:
         if added != expected or lost:
             raise AssertionError(f"the job changed {uri}/_delta_log: +{added} -{lost}")
         os.remove(os.path.join(uri, "_delta_log", expected.pop()))
-        if delta_log.load_table(uri).version() != version:
+        if load_table(uri).version() != version:
             raise AssertionError(f"{uri} is not back at version {version}")
 
 

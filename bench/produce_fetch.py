@@ -64,8 +64,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from conf.settings import load_settings  # noqa: E402
-from storage_layout import delta_log, paths  # noqa: E402
-from storage_layout.delta_log import DeltaPartitionLog  # noqa: E402
+from storage_layout import paths  # noqa: E402
+from storage_layout.log import DeltaPartitionLog  # noqa: E402
+from storage_layout.log.arrow_records import records_to_arrow  # noqa: E402
 from storage_layout.records import NewRecord  # noqa: E402
 from storage_layout.schema import PARTITION_COLUMN  # noqa: E402
 from storage_layout.topic_config import TopicConfig  # noqa: E402
@@ -250,7 +251,7 @@ def bench_deltalake(
 
 
 def _as_partition_table(records: list[NewRecord]) -> pa.Table:
-    table = delta_log._records_to_arrow(records, 0, int(time.time() * 1000), False, None)
+    table = records_to_arrow(records, 0, int(time.time() * 1000), False, None)
     return table.append_column(PARTITION_COLUMN, pa.array([0] * table.num_rows, pa.int64()))
 
 

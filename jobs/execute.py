@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from jobs import plans
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog
-from storage_layout.delta_log import DeltaPartitionLog, checkpoint_table, vacuum_table
+from storage_layout.log import DeltaPartitionLog, checkpoint_table, vacuum_table
 from storage_layout.records import AppTransaction
 from storage_layout.schema import LOG_START_APP_ID
 

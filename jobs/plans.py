@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from storage_layout.errors import CorruptPartition
 
 if TYPE_CHECKING:
-    from storage_layout.delta_log import DataFile, LogSnapshot
+    from storage_layout.log import DataFile, LogSnapshot
     from storage_layout.topic_config import TopicConfig
 
 RETENTION_MS = "retention.ms"

@@ -142,8 +142,7 @@ def _on_spark(spark, root: str, units: list[Unit], task) -> Iterator[Outcome]:
     options = store.storage_options()  # explicit ones: the variables reach executors anyway
 
     def run_unit(topic: str, partition: int) -> dict:
-        if options and store.storage_options() != options:
-            store.configure(options)
+        store.adopt(options)
         return dataclasses.asdict(task(Unit(root, topic, partition)))
 
     # Not Arrow-optimized: that path needs pandas, which a plain UDF does not.

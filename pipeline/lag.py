@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from storage_layout.catalog import TopicCatalog
-from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.log import DeltaPartitionLog
 from storage_layout.paths import meta_table_uri, normalize_root, partition_table_uri
 
 LAG_COLUMNS = (

@@ -27,8 +27,8 @@ from pyspark.sql.types import (
 )
 
 from storage_layout.catalog import TopicCatalog
-from storage_layout.delta_log import DeltaPartitionLog
-from storage_layout.paths import normalize_root, partition_table_uri
+from storage_layout.log import DeltaPartitionLog
+from storage_layout.paths import is_local, normalize_root, partition_table_uri
 
 # Spark's Kafka source schema (KafkaRecordToRowConverter): every field nullable, this order.
 KAFKA_SCHEMA = StructType(
@@ -102,21 +102,50 @@ def read_topic(
     info = TopicCatalog(root).topic(topic)
     starts = parse_offsets(starting_offsets, topic=topic, partitions=info.partitions, ending=False)
     ends = parse_offsets(ending_offsets, topic=topic, partitions=info.partitions, ending=True)
-    frames = [_empty_frame(spark, kafka_schema(include_headers=include_headers))]
-    for partition in range(info.partitions):
-        uri = partition_table_uri(root, topic, partition)
-        offsets = resolve_range(
-            DeltaPartitionLog.open(uri),
+    ranges = [
+        resolve_range(
+            DeltaPartitionLog.open(partition_table_uri(root, topic, partition)),
             partition=partition,
             start=starts.get(partition, EARLIEST),
             end=ends.get(partition, LATEST),
             topic=topic,
         )
+        for partition in range(info.partitions)
+    ]
+    if not is_local(root):
+        return _through_lakelog(spark, root, topic, ranges, include_headers=include_headers)
+    frames = [_empty_frame(spark, kafka_schema(include_headers=include_headers))]
+    for offsets in ranges:
         if offsets.start < offsets.end:  # empty ranges need no Spark scan at all
+            uri = partition_table_uri(root, topic, offsets.partition)
             frames.append(
                 _partition_frame(spark, uri, offsets, topic=topic, include_headers=include_headers)
             )
     return reduce(lambda left, right: left.union(right), frames)
+
+
+def _through_lakelog(
+    spark: SparkSession, root: str, topic: str, ranges: list[OffsetRange], *, include_headers: bool
+) -> DataFrame:
+    """The same fixed offset ranges read through `format("lakelog")`: on an object store this
+    needs no Hadoop connector (Spark's `format("delta")` would need S3A, ABFS or GCS jars and
+    their credentials); lakelog's source reads the files through its own store."""
+    from pipeline.source import SOURCE_NAME, register_data_source, storage_options_option
+
+    register_data_source(spark)
+    bounds = {
+        "startingOffsets": {topic: {str(r.partition): r.start for r in ranges}},
+        "endingOffsets": {topic: {str(r.partition): r.end for r in ranges}},
+    }
+    return (
+        spark.read.format(SOURCE_NAME)
+        .option("subscribe", topic)
+        .option("startingOffsets", json.dumps(bounds["startingOffsets"]))
+        .option("endingOffsets", json.dumps(bounds["endingOffsets"]))
+        .option("includeHeaders", str(include_headers).lower())
+        .options(**storage_options_option())
+        .load(root)
+    )
 
 
 def parse_offsets(

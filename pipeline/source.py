@@ -46,7 +46,7 @@ from pyspark.sql.types import StructType
 from pipeline.read import EARLIEST, LATEST, kafka_schema, parse_offsets, resolve_range
 from storage_layout import paths, store
 from storage_layout.catalog import TopicCatalog
-from storage_layout.delta_log import DeltaPartitionLog, LogSnapshot
+from storage_layout.log import DeltaPartitionLog, LogSnapshot
 from storage_layout.schema import FILE_SCHEMA, RECORD_COLUMNS
 
 SOURCE_NAME = "lakelog"
@@ -87,6 +87,9 @@ class OffsetSplit(InputPartition):
     storage_options: tuple[tuple[str, str], ...] = ()
 
 
+STORAGE_OPTIONS = "storageOptions"
+
+
 class LakelogDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -96,22 +99,26 @@ class LakelogDataSource(DataSource):
         return kafka_schema(include_headers=_flag(self.options, "includeHeaders", False))
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        adopt_storage_options(self.options)
         return LakelogBatchReader(_lowercase(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         # Imported here: pipeline.stream builds on this module's planning and reading helpers.
         from pipeline.stream import LakelogStreamReader
 
+        adopt_storage_options(self.options)
         return LakelogStreamReader(_lowercase(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from pipeline.write import LakelogWriter, WriteOptions
 
+        adopt_storage_options(self.options)
         return LakelogWriter(WriteOptions.parse(self.options, schema, overwrite=overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from pipeline.write import LakelogStreamWriter, WriteOptions
 
+        adopt_storage_options(self.options)
         return LakelogStreamWriter(WriteOptions.parse(self.options, schema, overwrite=overwrite))
 
 
@@ -154,6 +161,30 @@ class LakelogBatchReader(DataSourceReader):
 
 
 # ---- planning (driver) ---------------------------------------------------------------------------
+
+
+def adopt_storage_options(options: Mapping[str, str]) -> None:
+    """Take the `storageOptions` option (a JSON object of storage options, as
+    LAKELOG_STORAGE_OPTIONS) in this process. Spark plans a Python data source in a worker
+    process, not the driver's, so explicit options travel as a data source option; the splits
+    and write tasks carry them on to the executors."""
+    text = _opt(options, STORAGE_OPTIONS)
+    if not text:
+        return
+    try:
+        parsed = json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"Option {STORAGE_OPTIONS} must be a JSON object: {error}") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"Option {STORAGE_OPTIONS} must be a JSON object of strings.")
+    store.adopt({str(k): str(v) for k, v in parsed.items()})
+
+
+def storage_options_option() -> dict[str, str]:
+    """This process's explicit storage options as data source options (empty when none), for
+    the helpers that build `format("lakelog")` reads and writes on the driver."""
+    options = store.storage_options()
+    return {STORAGE_OPTIONS: json.dumps(options, sort_keys=True)} if options else {}
 
 
 def _root(options: Mapping[str, str]) -> str:
@@ -314,8 +345,7 @@ def read_split(split: OffsetSplit, *, include_headers: bool) -> Iterator[pa.Reco
     """
     if not isinstance(split, OffsetSplit):
         return  # no split at all (nothing in range): Spark still runs one empty task
-    if split.storage_options and dict(split.storage_options) != store.storage_options():
-        store.configure(dict(split.storage_options))
+    store.adopt(dict(split.storage_options))
     table_store = store.open_store(split.table_uri)
     for piece in split.files:
         table = pq.read_table(

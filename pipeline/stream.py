@@ -77,8 +77,8 @@ from pipeline.source import (
 )
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog, TopicInfo
-from storage_layout.delta_log import DeltaPartitionLog, LogSnapshot
 from storage_layout.errors import CorruptPartition, StorageUnavailable
+from storage_layout.log import DeltaPartitionLog, LogSnapshot
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python streaming sources.
     from pyspark.sql.streaming.datasource import (

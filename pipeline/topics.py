@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
-from pipeline.source import SOURCE_NAME, register_data_source
+from pipeline.source import SOURCE_NAME, register_data_source, storage_options_option
 
 
 def read_topic_stream(
@@ -43,6 +43,7 @@ def read_topic_stream(
         .option("startingOffsets", _offsets_option(starting_offsets))
         .option("includeHeaders", str(include_headers).lower())
         .option("failOnDataLoss", str(fail_on_data_loss).lower())
+        .options(**storage_options_option())
     )
     if max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
@@ -53,7 +54,7 @@ def write_topic(frame: DataFrame, root: str, topic: str | None = None) -> None:
     """Append `frame` (columns value [, key, headers, partition, topic, timestamp]) to `topic`
     (or to each row's `topic` when None), placed as the gateway places records."""
     register_data_source(frame.sparkSession)
-    writer = frame.write.format(SOURCE_NAME).mode("append")
+    writer = frame.write.format(SOURCE_NAME).mode("append").options(**storage_options_option())
     if topic is not None:
         writer = writer.option("topic", topic)
     writer.save(root)
@@ -69,6 +70,7 @@ def write_topic_stream(
         frame.writeStream.format(SOURCE_NAME)
         .option("checkpointLocation", checkpoint_location)
         .option("path", root)
+        .options(**storage_options_option())
     )
     return writer if topic is None else writer.option("topic", topic)
 

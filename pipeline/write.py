@@ -52,10 +52,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from storage_layout import paths
+from storage_layout import paths, store
 from storage_layout.append_wire import INTERNAL_APPEND_PATH, encode_append
 from storage_layout.catalog import TopicCatalog, TopicInfo
-from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.log import DeltaPartitionLog
 from storage_layout.nodes import NodeRegistry
 from storage_layout.partitioner import partition_for_key, partitions_for_keys
 from storage_layout.records import AppTransaction, NewRecord
@@ -112,6 +112,8 @@ class WriteOptions:
     routing: str
     columns: tuple[str, ...]
     writer_id: str  # batch writes: unique per write; streams use the query id
+    # The driver's explicit storage options, adopted by each task (store.adopt).
+    storage_options: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType, *, overwrite: bool):
@@ -134,6 +136,7 @@ class WriteOptions:
             routing=routing,
             columns=tuple(schema.fieldNames()),
             writer_id=uuid.uuid4().hex,
+            storage_options=tuple(sorted(store.storage_options().items())),
         )
 
 
@@ -239,6 +242,7 @@ def write_rows(
     rows: Iterable, options: WriteOptions, *, app_id: str, version_base: int, task: int
 ) -> ChunkCounts:
     """Place each row, buffer per topic partition, hand over full chunks, then the rest."""
+    store.adopt(dict(options.storage_options))
     sink = _ChunkSink(options, app_id=app_id, version_base=version_base)
     topics = _Topics(options.root)
     round_robin = itertools.count(task)  # tasks start at different partitions
@@ -262,6 +266,7 @@ def write_batches(
 ) -> ChunkCounts:
     """`write_rows` of Arrow record batches, a whole batch at a time: the same placement,
     checks, chunks and txns, with per-record work done by Arrow kernels."""
+    store.adopt(dict(options.storage_options))
     sink = _ChunkSink(options, app_id=app_id, version_base=version_base)
     topics = _Topics(options.root)
     round_robin = [task]  # the next round-robin number, as write_rows' counter

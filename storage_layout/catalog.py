@@ -21,7 +21,6 @@ from deltalake import CommitProperties, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from storage_layout import meta_tables, paths
-from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import (
     InvalidPartitions,
     PartitionNotFound,
@@ -29,6 +28,7 @@ from storage_layout.errors import (
     TopicExists,
     TopicNotFound,
 )
+from storage_layout.log import DeltaPartitionLog
 from storage_layout.schema import TIMESTAMP_TYPE
 from storage_layout.store import open_store
 from storage_layout.topic_config import TopicConfig, validate_topic_name

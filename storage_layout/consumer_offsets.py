@@ -31,8 +31,8 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction
 
 from storage_layout import meta_tables, paths
-from storage_layout.delta_log import Leadership
 from storage_layout.errors import LeadershipConflict, StorageError, StorageUnavailable
+from storage_layout.log import Leadership
 from storage_layout.meta_tables import META_FILES_MAX
 from storage_layout.protocol_check import check_protocol
 from storage_layout.records import TopicPartition

@@ -101,6 +101,19 @@ def append_commit(
     return _ndjson(actions)
 
 
+def transactions_commit(transactions: list[tuple[str, int]], timestamp_ms: int) -> bytes:
+    """The JSON of a commit of txns only (a leadership change): no file, no record."""
+    commit_info = {
+        "timestamp": timestamp_ms,
+        "operation": "WRITE",
+        "operationParameters": {"mode": "Append"},
+        "engineInfo": ENGINE_INFO,
+    }
+    actions = [{"commitInfo": commit_info}]
+    actions += [{"txn": {"appId": app_id, "version": v}} for app_id, v in transactions]
+    return _ndjson(actions)
+
+
 def rewrite_commit(add: dict[str, Any], removes: list[dict[str, Any]], timestamp_ms: int) -> bytes:
     """The JSON of a compaction: the merged file replaces `removes`, no record changes."""
     return maintenance_commit(

@@ -23,8 +23,8 @@ from api.broker.cluster import Cluster, preferred_node
 from api.broker.errors import NotLeader
 from api.broker.writer import CommitLimits, PartitionWriter
 from storage_layout import paths
-from storage_layout.delta_log import DeltaPartitionLog, Leadership, load_table, read_leader
 from storage_layout.errors import LeadershipConflict, StorageError
+from storage_layout.log import DeltaPartitionLog, Leadership, load_table, read_leader
 from storage_layout.topic_config import TopicConfig
 
 log = logging.getLogger("lakelog.leaders")

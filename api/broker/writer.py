@@ -25,8 +25,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from api.broker.errors import BrokerShuttingDown, NotLeader
-from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import AppendConflict, LeadershipConflict
+from storage_layout.log import DeltaPartitionLog
 from storage_layout.producer_state import Duplicate, ProducerBatch, ProducerStates
 from storage_layout.records import AppTransaction, NewRecord
 from storage_layout.topic_config import TopicConfig

@@ -41,8 +41,8 @@ from storage_layout.consumer_offsets import (
     GroupCommit,
     OffsetCommit,
 )
-from storage_layout.delta_log import Leadership
 from storage_layout.errors import LeadershipConflict
+from storage_layout.log import Leadership
 from storage_layout.partitioner import murmur2, to_positive
 from storage_layout.records import TopicPartition
 

@@ -32,6 +32,7 @@ __all__ = [
     "StoreNotFound",
     "StoreUnusable",
     "StoredObject",
+    "adopt",
     "check_root",
     "configure",
     "delta_storage_options",
@@ -64,6 +65,14 @@ def configure(options: Mapping[str, str] | None) -> None:
         _options.clear()
         _options.update({str(k): str(v) for k, v in options.items()})
         _clients.clear()
+
+
+def adopt(options: Mapping[str, str] | None) -> None:
+    """On a Spark executor: take the driver's explicit options (shipped with the task) unless
+    this process has them already. Credentials from variables need nothing: executors have
+    their own environment (or instance role)."""
+    if options and storage_options() != dict(options):
+        configure(options)
 
 
 def storage_options() -> dict[str, str]:

@@ -151,9 +151,11 @@ class ObjectStore(Store):
 def open_client(uri: str, options: dict[str, str]) -> Any:
     """An obstore client for the bucket or container of `uri` (credentials and endpoints from
     the cloud's standard environment variables, then `options`)."""
+    prefix = _CONFIG_PREFIXES.get(store_kind(uri) or "", "")
+    config = {k: v for k, v in options.items() if k.lower().startswith(prefix)}
     return from_url(
         bucket_url(uri),
-        config=options or None,
+        config=config or None,
         client_options=_client_options(uri, options),
         retry_config={
             "max_retries": RETRIES_MAX,
@@ -175,6 +177,9 @@ def _client_options(uri: str, options: dict[str, str]) -> dict[str, Any]:
     }
 
 
+# obstore takes only the store's own keys as config; client keys such as `allow_http` (which
+# delta-rs takes beside them) go in the client options.
+_CONFIG_PREFIXES = {"s3": "aws_", "azure": "azure_", "gcs": "google_"}
 _ALLOW_HTTP_VARIABLES = {
     "s3": ("AWS_ALLOW_HTTP",),
     "azure": ("AZURE_ALLOW_HTTP", "AZURE_STORAGE_USE_EMULATOR"),
@@ -201,6 +206,10 @@ def _translate(error: Exception, uri: str, path: str) -> StoreError:
         error, obstore_errors.PermissionDeniedError | obstore_errors.UnauthenticatedError
     ):
         return StoreAccessDenied(f"{where}: the store refused the credentials: {text}")
+    if "169.254.169.254" in text:  # no credentials given: the client asked the VM's metadata
+        return StoreAccessDenied(f"{where}: no credentials found in the environment: {text}")
+    if "builder error" in text:  # reqwest refuses http:// unless allowed
+        return StoreError(f"{where}: the client refused the endpoint (plain http?): {text}")
     if "NoSuchBucket" in text or "ContainerNotFound" in text:
         return StoreNotFound(f"{where}: the bucket or container does not exist: {text}")
     return StoreError(f"{where}: {text}")

@@ -10,7 +10,7 @@ import time
 import httpx
 
 from storage_layout.append_wire import INTERNAL_APPEND_PATH, encode_append
-from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.log import DeltaPartitionLog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import AppTransaction, NewRecord
 from storage_layout.topic_config import TopicConfig

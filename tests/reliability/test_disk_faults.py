@@ -37,8 +37,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from storage_layout.delta_log import DeltaPartitionLog, checkpoint_table, load_table
 from storage_layout.errors import CorruptPartition, StorageUnavailable
+from storage_layout.log import DeltaPartitionLog, checkpoint_table, load_table
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig
 from tests.conftest import BINARY_V2, create_topic
@@ -409,7 +409,7 @@ def test_produce_under_a_corrupt_last_checkpoint_is_acked_once(tmp_path):
 # The child prints "ready" once its imports are done, so the kill delay covers the checkpoint.
 CHECKPOINT_CHILD = """
 import sys
-from storage_layout.delta_log import checkpoint_table
+from storage_layout.log import checkpoint_table
 print("ready", flush=True)
 checkpoint_table(sys.argv[1])
 """

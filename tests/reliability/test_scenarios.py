@@ -163,7 +163,8 @@ def test_t3_group_members_killed_mid_batch(tmp_path):
     them; commits of an evicted (zombie) member's old generation are refused."""
     result = run_t3(seed=5, ops=900, kill_every_s=(0.8, 1.6), duration_s=40, workdir=tmp_path)
     assert result.valid, result.text()
-    assert result.faults["kill-member"] >= 2 and result.faults["pause-member"] == 1
+    # At least one zombie: the first fault always is; a slow (loaded) run may draw another.
+    assert result.faults["kill-member"] >= 2 and result.faults["pause-member"] >= 1
     assert result.report.operations[("commit", "ok")] > 10
 
 

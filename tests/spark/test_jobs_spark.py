@@ -7,7 +7,7 @@ import time
 
 from jobs.runner import ENGINE_SPARK, JobRequest, run_job
 from storage_layout.catalog import TopicCatalog
-from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.log import DeltaPartitionLog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig

@@ -13,7 +13,7 @@ from pipeline import source
 from pipeline.read import read_topic
 from pipeline.source import LakelogBatchReader, register_data_source
 from storage_layout.catalog import TopicCatalog
-from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.log import DeltaPartitionLog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig

@@ -8,8 +8,8 @@ from deltalake import DeltaTable
 
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog
-from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import InvalidPartitions, InvalidTopic, TopicExists, TopicNotFound
+from storage_layout.log import DeltaPartitionLog
 from storage_layout.meta_tables import META_FILES_MAX
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig

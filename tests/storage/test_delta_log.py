@@ -11,8 +11,6 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from storage_layout import delta_log
-from storage_layout.delta_log import COMPACT_FILES_MIN, DeltaPartitionLog
 from storage_layout.errors import (
     AppendConflict,
     CorruptPartition,
@@ -20,8 +18,10 @@ from storage_layout.errors import (
     StorageUnavailable,
     UnsupportedTableFeatures,
 )
+from storage_layout.log import COMPACT_FILES_MIN, DataFile, DeltaPartitionLog, housekeeping
 from storage_layout.records import NewRecord
 from storage_layout.schema import PARTITION_SCHEMA
+from storage_layout.store import open_store
 from storage_layout.topic_config import TopicConfig
 
 CONFIG = TopicConfig()
@@ -262,9 +262,9 @@ def test_housekeeping_bounds_the_log_and_the_files(table_uri, monkeypatch):
     """Housekeeping (run by the writer in the background) checkpoints, deletes log files older
     than the previous checkpoint, and merges small files; the table stays whole and readable,
     and the writer's next append sees its commits."""
-    monkeypatch.setattr(delta_log, "LOG_GRACE_MS", 0)
+    monkeypatch.setattr(housekeeping, "LOG_GRACE_MS", 0)
     log = DeltaPartitionLog.open(table_uri)
-    total = 3 * delta_log.CHECKPOINT_INTERVAL + 5
+    total = 3 * housekeeping.CHECKPOINT_INTERVAL + 5
     for index in range(total):
         log.append(records(1), config=CONFIG)
         if index % 10 == 9:
@@ -275,7 +275,7 @@ def test_housekeeping_bounds_the_log_and_the_files(table_uri, monkeypatch):
         for name in os.listdir(os.path.join(table_uri, "_delta_log"))
         if name.endswith(".json")
     )
-    assert versions[0] >= delta_log.CHECKPOINT_INTERVAL
+    assert versions[0] >= housekeeping.CHECKPOINT_INTERVAL
     assert len(DeltaPartitionLog.open(table_uri).snapshot.files) < COMPACT_FILES_MIN + 10
     assert log.append(records(1), config=CONFIG).base_offset == total
     assert DeltaPartitionLog.open(table_uri).bounds().high_watermark == total + 1
@@ -288,7 +288,7 @@ def _files(records: list[int], segment: int = 0, first_offset: int = 0) -> tuple
     files, offset = [], first_offset
     for index, count in enumerate(records):
         path = f"f{first_offset + index}"
-        files.append(delta_log.DataFile(path, segment, offset, offset + count - 1, count, 3000, 0))
+        files.append(DataFile(path, segment, offset, offset + count - 1, count, 3000, 0))
         offset += count
     return tuple(files)
 
@@ -296,17 +296,17 @@ def _files(records: list[int], segment: int = 0, first_offset: int = 0) -> tuple
 def test_compaction_is_size_tiered():
     """A merged file is merged again only once the files after it hold more records, so
     records are not rewritten on every pass; runs never cross segments or large files."""
-    run = delta_log._small_file_run(_files([1000] + [1] * COMPACT_FILES_MIN))
+    run = housekeeping.small_file_run(_files([1000] + [1] * COMPACT_FILES_MIN))
     assert [f.path for f in run] == [f"f{i}" for i in range(1, COMPACT_FILES_MIN + 1)]
     outweighed = _files([1000] + [40] * COMPACT_FILES_MIN)
-    assert delta_log._small_file_run(outweighed)[0].path == "f0"
+    assert housekeeping.small_file_run(outweighed)[0].path == "f0"
     split = _files([1] * 20, segment=0) + _files([1] * 20, segment=1, first_offset=20)
-    assert delta_log._small_file_run(split) == []
+    assert housekeeping.small_file_run(split) == []
     large = dataclasses.replace(
-        _files([1], first_offset=20)[0], size_bytes=delta_log.SMALL_FILE_BYTES
+        _files([1], first_offset=20)[0], size_bytes=housekeeping.SMALL_FILE_BYTES
     )
     broken = _files([1] * 20) + (large,) + _files([1] * COMPACT_FILES_MIN, first_offset=21)
-    assert delta_log._small_file_run(broken)[0].path == "f21"
+    assert housekeeping.small_file_run(broken)[0].path == "f21"
 
 
 # ---- offsets for timestamps (ListOffsets by time) --------------------------------------------
@@ -350,7 +350,7 @@ def test_offset_for_timestamp_skips_files_by_their_max_timestamp(table_uri):
     reopened = DeltaPartitionLog.open(table_uri)
     assert [f.max_timestamp_ms for f in reopened.snapshot.files] == [30, 40, 1000]
     for data_file in reopened.snapshot.files[:2]:
-        os.remove(os.path.join(table_uri, data_file.path))
+        open_store(table_uri).delete(data_file.path)
     assert reopened.offset_for_timestamp(41) == 4
     assert reopened.offset_for_timestamp(901) == 4
     assert reopened.offset_for_timestamp(1001) is None

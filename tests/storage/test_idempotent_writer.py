@@ -10,14 +10,13 @@ import pytest
 from deltalake import DeltaTable
 
 from api.broker.writer import CommitLimits, PartitionWriter
-from storage_layout import delta_log
-from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import (
     DuplicateSequence,
     OutOfOrderSequence,
     ProducerFenced,
     UnknownProducerId,
 )
+from storage_layout.log import DeltaPartitionLog, producer_scan
 from storage_layout.producer_state import ProducerBatch
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig
@@ -215,7 +214,7 @@ def test_a_producer_older_than_the_rebuilt_state_continues_after_a_new_writer(
     (PRODUCER_STATE_FILES_MAX, 5 here) continues its sequence with a new writer (a new leader):
     it is found in older files. It was UNKNOWN_PRODUCER_ID (chaos T2). A retry of its last
     batch is still a duplicate; a producer that never wrote stays unknown."""
-    monkeypatch.setattr(delta_log, "PRODUCER_STATE_FILES_MAX", 5)
+    monkeypatch.setattr(producer_scan, "PRODUCER_STATE_FILES_MAX", 5)
 
     async def before(writer):
         for sequence in range(3):

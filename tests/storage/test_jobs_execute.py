@@ -11,8 +11,8 @@ from deltalake import DeltaTable
 from jobs import execute
 from jobs.execute import Unit
 from storage_layout.catalog import TopicCatalog
-from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import OffsetOutOfRange
+from storage_layout.log import DeltaPartitionLog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig

@@ -10,10 +10,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from storage_layout import delta_log, log_commit
-from storage_layout.delta_log import COMPACT_FILES_MIN, DeltaPartitionLog
+from storage_layout import log_commit
 from storage_layout.errors import AppendConflict
+from storage_layout.log import COMPACT_FILES_MIN, DeltaPartitionLog, housekeeping
 from storage_layout.records import NewRecord
+from storage_layout.store import open_store
 from storage_layout.store.local import LocalStore
 from storage_layout.topic_config import TopicConfig
 
@@ -110,11 +111,11 @@ def test_direct_commits_are_ordinary_delta(table_uri):
 def test_a_writer_paused_past_the_log_trim_is_not_acknowledged(table_uri, monkeypatch):
     """A stale writer whose next version was trimmed away finds that version free; its
     commit would lie below the latest checkpoint, unseen by readers, so it must not count."""
-    monkeypatch.setattr(delta_log, "LOG_GRACE_MS", 0)
+    monkeypatch.setattr(housekeeping, "LOG_GRACE_MS", 0)
     stale = DeltaPartitionLog.open(table_uri)
     stale.append(one("s0"), config=CONFIG)
     live = DeltaPartitionLog.open(table_uri)
-    for index in range(3 * delta_log.CHECKPOINT_INTERVAL):
+    for index in range(3 * housekeeping.CHECKPOINT_INTERVAL):
         live.append(one(f"v{index}"), config=CONFIG)
         if index % 50 == 49:
             live.housekeeping()
@@ -123,7 +124,7 @@ def test_a_writer_paused_past_the_log_trim_is_not_acknowledged(table_uri, monkey
         stale.append(one("lost"), config=CONFIG)
     table = DeltaTable(table_uri).to_pyarrow_table()
     assert b"lost" not in table.column("value").to_pylist()
-    assert table.num_rows == 1 + 3 * delta_log.CHECKPOINT_INTERVAL
+    assert table.num_rows == 1 + 3 * housekeeping.CHECKPOINT_INTERVAL
     assert stale.append(one("s1"), config=CONFIG).base_offset == table.num_rows
 
 
@@ -143,7 +144,7 @@ def test_a_statistics_rewrite_of_live_files_is_not_stepped_over(table_uri):
         json.dumps({"numRecords": 1, "minValues": {"offset": 0}, "maxValues": {"offset": 0}}),
         data_change=False,
     )
-    log_dir = LocalStore(os.path.join(table_uri, "_delta_log"))
+    log_dir = open_store(table_uri).child("_delta_log")
     assert log_commit.put_if_absent(log_dir, 4, log_commit._ndjson([{"add": add}]))
     assert log.append(one("v3"), config=CONFIG).base_offset == 3
     fetched = log.read(from_offset=0, records_max=10, bytes_max=10**6).records

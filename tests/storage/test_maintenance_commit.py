@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-from storage_layout.delta_log import DeltaPartitionLog
+from storage_layout.log import DeltaPartitionLog
 from storage_layout.records import AppTransaction, NewRecord
 from storage_layout.topic_config import TopicConfig
 

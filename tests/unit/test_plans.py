@@ -15,8 +15,8 @@ from jobs.plans import (
     plan_vacuum,
     segments,
 )
-from storage_layout.delta_log import DataFile, LogSnapshot
 from storage_layout.errors import CorruptPartition
+from storage_layout.log import DataFile, LogSnapshot
 from storage_layout.topic_config import TopicConfig
 
 NOW_MS = 1_700_000_000_000

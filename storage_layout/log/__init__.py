@@ -1,0 +1,45 @@
+"""One topic partition as one Delta table, split by concern:
+
+- `partition_log`: DeltaPartitionLog, appends and leadership (the commit path) and snapshots;
+- `reads`: records by offset and offsets by timestamp from a snapshot;
+- `producer_scan`: idempotent producers' state rebuilt from the data files;
+- `housekeeping`: small-file merges, checkpoints, log trimming;
+- `snapshot`: the file index and how commits change it;
+- `files`, `arrow_records`: data files and the Arrow records in them;
+- `tables`: what delta-rs does for us (create, load, checkpoint, vacuum).
+
+Every commit goes through `storage_layout.log_commit` and the root's `Store` (put-if-absent).
+"""
+
+from storage_layout.log.housekeeping import (
+    CHECKPOINT_INTERVAL,
+    COMPACT_FILES_MIN,
+    LOG_GRACE_MS,
+    SMALL_FILE_BYTES,
+)
+from storage_layout.log.partition_log import DeltaPartitionLog
+from storage_layout.log.snapshot import DataFile, Leadership, LogSnapshot, TailChunk
+from storage_layout.log.tables import (
+    TABLE_CONFIGURATION,
+    checkpoint_table,
+    load_table,
+    read_leader,
+    vacuum_table,
+)
+
+__all__ = [
+    "CHECKPOINT_INTERVAL",
+    "COMPACT_FILES_MIN",
+    "LOG_GRACE_MS",
+    "SMALL_FILE_BYTES",
+    "TABLE_CONFIGURATION",
+    "DataFile",
+    "DeltaPartitionLog",
+    "Leadership",
+    "LogSnapshot",
+    "TailChunk",
+    "checkpoint_table",
+    "load_table",
+    "read_leader",
+    "vacuum_table",
+]

@@ -1,0 +1,131 @@
+"""Records as Arrow tables: building a commit's file, Delta file statistics, byte limits."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage_layout.records import NewRecord
+from storage_layout.schema import (
+    FILE_SCHEMA,
+    RECORD_COLUMNS,
+    TIMESTAMP_TYPE,
+    TIMESTAMP_TYPE_CREATE_TIME,
+    TIMESTAMP_TYPE_LOG_APPEND_TIME,
+)
+
+# Per record: (producer_id, producer_epoch, sequence), or None for a non-idempotent record.
+ProducerColumns = Sequence[tuple[int, int, int] | None]
+
+
+RECORDS_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in RECORD_COLUMNS])
+
+
+def empty_records() -> pa.Table:
+    return RECORDS_SCHEMA.empty_table()
+
+
+def first_offset_at_or_after(table: pa.Table, timestamp_ms: int) -> int | None:
+    """The smallest offset in `table` whose timestamp is >= `timestamp_ms` (any row order)."""
+    threshold = pa.scalar(timestamp_ms * 1000, TIMESTAMP_TYPE)
+    matches = pc.greater_equal(table.column("timestamp"), threshold)
+    return pc.min(pc.filter(table.column("offset"), matches)).as_py()
+
+
+def payload_bytes(table: pa.Table) -> int:
+    return table.column("key").nbytes + table.column("value").nbytes
+
+
+def limit_bytes(records: pa.Table, bytes_max: int) -> pa.Table:
+    """Keep the longest prefix within `bytes_max` of key+value bytes, and at least one record."""
+    if records.num_rows <= 1 or payload_bytes(records) <= bytes_max:
+        return records
+    sizes = pc.add(
+        pc.fill_null(pc.binary_length(records.column("key")), 0),
+        pc.fill_null(pc.binary_length(records.column("value")), 0),
+    )
+    cumulative = pc.cumulative_sum(sizes)
+    keep = pc.sum(pc.less_equal(cumulative, bytes_max)).as_py() or 0
+    return records.slice(0, max(1, keep))
+
+
+def records_to_arrow(
+    records: Sequence[NewRecord],
+    base_offset: int,
+    now_ms: int,
+    log_append_time: bool,
+    producers: ProducerColumns | None = None,
+) -> pa.Table:
+    count = len(records)
+    if log_append_time:
+        timestamps = [now_ms * 1000] * count
+        timestamp_type = TIMESTAMP_TYPE_LOG_APPEND_TIME
+    else:
+        timestamps = [
+            (r.timestamp_ms if r.timestamp_ms is not None else now_ms) * 1000 for r in records
+        ]
+        timestamp_type = TIMESTAMP_TYPE_CREATE_TIME
+    headers = [
+        [{"key": k, "value": v} for k, v in r.headers] if r.headers else None for r in records
+    ]
+    columns = [
+        pa.array(range(base_offset, base_offset + count), pa.int64()),
+        pa.array(timestamps, TIMESTAMP_TYPE),
+        pa.array([timestamp_type] * count, pa.int8()),
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.value for r in records], pa.binary()),
+        pa.array(headers, FILE_SCHEMA.field("headers").type),
+        *_producer_arrays(producers, count),
+    ]
+    return pa.Table.from_arrays(columns, schema=FILE_SCHEMA)
+
+
+def _producer_arrays(producers: ProducerColumns | None, count: int) -> list[pa.Array]:
+    if producers is None or all(p is None for p in producers):
+        return [
+            pa.nulls(count, pa.int64()),
+            pa.nulls(count, pa.int16()),
+            pa.nulls(count, pa.int32()),
+        ]
+    if len(producers) != count:
+        raise ValueError("producers needs one entry per record")
+    ids, epochs, sequences = zip(*(p or (None, None, None) for p in producers), strict=True)
+    return [
+        pa.array(ids, pa.int64()),
+        pa.array(epochs, pa.int16()),
+        pa.array(sequences, pa.int32()),
+    ]
+
+
+def file_stats(table: pa.Table) -> str:
+    """Delta file statistics: offsets exact; timestamps widened to whole milliseconds (Delta
+    stores millisecond precision, and a truncated maximum would let readers skip a file)."""
+    offsets = table.column("offset")
+    micros = table.column("timestamp").cast(pa.int64())
+    bounds = pc.min_max(micros)
+    min_ms = bounds["min"].as_py() // 1000
+    max_ms = -(-bounds["max"].as_py() // 1000)
+    stats = {
+        "numRecords": table.num_rows,
+        "minValues": {"offset": offsets[0].as_py(), "timestamp": _iso_ms(min_ms)},
+        "maxValues": {"offset": offsets[-1].as_py(), "timestamp": _iso_ms(max_ms)},
+        "nullCount": {"offset": 0, "timestamp": 0, "timestamp_type": 0},
+    }
+    # producer_id statistics let the producer-state rebuild skip files without idempotent
+    # records (nullCount == numRecords).
+    producer_ids = table.column("producer_id")
+    stats["nullCount"]["producer_id"] = producer_ids.null_count
+    if producer_ids.null_count < table.num_rows:
+        id_bounds = pc.min_max(producer_ids)
+        stats["minValues"]["producer_id"] = id_bounds["min"].as_py()
+        stats["maxValues"]["producer_id"] = id_bounds["max"].as_py()
+    return json.dumps(stats, separators=(",", ":"))
+
+
+def _iso_ms(epoch_ms: int) -> str:
+    seconds, millis = divmod(epoch_ms, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"

@@ -1,0 +1,84 @@
+"""A partition table's data files through its store: one Parquet file per commit (or per merge),
+read whole or by columns. Failures become StorageUnavailable (retriable)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage_layout import log_commit
+from storage_layout.errors import StorageUnavailable
+from storage_layout.log.arrow_records import file_stats
+from storage_layout.log.snapshot import DataFile
+from storage_layout.schema import FILE_SCHEMA, PARTITION_COLUMN
+from storage_layout.store import Store, read_parquet, write_parquet
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenFile:
+    """A data file just written (not yet committed) and the Delta `add` action naming it."""
+
+    data_file: DataFile
+    add: dict[str, Any]
+
+
+def write_data_file(
+    store: Store, table: pa.Table, segment: int, now_ms: int, *, data_change: bool = True
+) -> WrittenFile:
+    """Write `table` (every file column, offsets ascending) as a new file of `segment`.
+
+    Raises:
+        StorageUnavailable: the store could not be written.
+    """
+    relative = f"{PARTITION_COLUMN}={segment}/part-{uuid.uuid4().hex}.zstd.parquet"
+    try:
+        size = write_parquet(store, relative, table)
+    except OSError as error:
+        raise StorageUnavailable(f"Cannot write {store.uri}/{relative}: {error}") from error
+    offsets = table.column("offset")
+    max_micros = pc.max(table.column("timestamp").cast(pa.int64())).as_py()
+    data_file = DataFile(
+        relative,
+        segment,
+        offsets[0].as_py(),
+        offsets[-1].as_py(),
+        table.num_rows,
+        size,
+        now_ms,
+        table.column("producer_id").null_count < table.num_rows,
+        -(-max_micros // 1000),  # ceiled, as in the file's statistics (file_stats)
+    )
+    add = log_commit.add_action(
+        relative, segment, size, now_ms, file_stats(table), data_change=data_change
+    )
+    return WrittenFile(data_file, add)
+
+
+def read_columns(store: Store, data_file: DataFile, columns: list[str]) -> pa.Table:
+    """The given columns of a whole file.
+
+    Raises:
+        StorageUnavailable: it could not be read.
+    """
+    try:
+        return read_parquet(store, data_file.path, columns)
+    except OSError as error:
+        raise StorageUnavailable(f"Cannot read {store.uri}/{data_file.path}: {error}") from error
+
+
+def read_whole_file(store: Store, data_file: DataFile) -> pa.Table:
+    """Every file column (FILE_SCHEMA) of one file."""
+    return read_columns(store, data_file, FILE_SCHEMA.names)
+
+
+def delete_uncommitted(store: Store, written: list[WrittenFile]) -> None:
+    """Delete files whose commit lost (best effort: an orphan is vacuum's to remove)."""
+    for item in written:
+        try:
+            store.delete(item.data_file.path)
+        except OSError:
+            pass

@@ -1,0 +1,164 @@
+"""Keeping a partition table cheap to commit to and to load (FORMAT.md §6b): small files merged,
+checkpoints written, old log entries trimmed.
+
+A commit's cost grows with the files in the table, and every commit is a file in `_delta_log`;
+on an object store each is also a request. So the writer's background pass merges runs of small
+files (a rearrangement: `dataChange=false`, no record changes, appends step over it), checkpoints
+every CHECKPOINT_INTERVAL versions, and deletes log entries older than the previous checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+
+from storage_layout import log_commit
+from storage_layout.log.files import read_whole_file, write_data_file
+from storage_layout.log.snapshot import DataFile, Leadership, LogSnapshot
+from storage_layout.log.tables import TABLE_CONFIGURATION
+from storage_layout.store import Store, delta_storage_options
+
+CHECKPOINT_INTERVAL = int(TABLE_CONFIGURATION["delta.checkpointInterval"])
+# Log files older than the previous checkpoint are kept this long for readers that pinned a
+# version (a Spark batch read plans on one); then they go.
+LOG_GRACE_MS = 10_000
+# Files below this size are "small"; a run of COMPACT_FILES_MIN of them in one segment is
+# rewritten as one file. 32 keeps a partition near 32 + (segments) files whatever its age.
+SMALL_FILE_BYTES = 16 * 1024 * 1024
+COMPACT_FILES_MIN = 32
+# A merge steps over the appends committed while it wrote its file, at most this many; then
+# it gives up (its file is deleted) and the next pass plans again.
+MERGE_STEPS_MAX = 1_000
+
+
+class Housekeeper:
+    """The background upkeep of one partition table. Runs in a thread beside the writer: it
+    reads the writer's snapshot and never replaces it (the writer sees a merge as a
+    rearrangement it steps over). Not thread-safe itself: one pass at a time."""
+
+    def __init__(self, table_uri: str, store: Store, log: Store) -> None:
+        self._table_uri = table_uri
+        self._store = store
+        self._log = log
+        self._dt: DeltaTable | None = None  # its own view of the table, for checkpoints
+        self._checkpointed_version = 0
+
+    def run(self, snapshot: LogSnapshot, held: Leadership | None) -> int:
+        """One pass: merge the first run of small files, checkpoint when due, trim the log.
+
+        Returns:
+            The number of data files merged away (0 also when the pass failed: it is retried
+            on the next one).
+        """
+        try:
+            merged = self.merge_small_files(snapshot, held)
+            if snapshot.table_version - self._checkpointed_version >= CHECKPOINT_INTERVAL:
+                self._checkpoint_and_trim()
+        except (OSError, DeltaError):
+            self._dt = None  # reload from scratch next time
+            return 0
+        return merged
+
+    def merge_small_files(self, snapshot: LogSnapshot, held: Leadership | None) -> int:
+        """Rewrite the first run of small files as one file, committed after `snapshot`'s
+        version, stepping over appends; gives up (0) if a commit removed one of its files or
+        changed the leader (a deposed leader's merge must not land)."""
+        run = small_file_run(snapshot.files)
+        if not run:
+            return 0
+        table = pa.concat_tables(self._run_tables(snapshot, run))
+        oldest_ms = min(f.modification_time_ms for f in run)
+        merged = write_data_file(self._store, table, run[0].segment, oldest_ms, data_change=False)
+        now_ms = int(time.time() * 1000)
+        payload = log_commit.rewrite_commit(
+            add=merged.add,
+            removes=[
+                log_commit.remove_action(f.path, f.segment, f.size_bytes, now_ms) for f in run
+            ],
+            timestamp_ms=now_ms,
+        )
+        removed = {f.path for f in run}
+        version = snapshot.table_version + 1
+        for _ in range(MERGE_STEPS_MAX):
+            if log_commit.put_if_absent(self._log, version, payload):
+                return len(run)
+            winner = log_commit.read_commit(self._log, version)
+            leader = None if held is None else held.version
+            if winner is None or not log_commit.leaves_files(winner, removed, leader):
+                break
+            version += 1
+        self._store.delete(merged.data_file.path)
+        return 0
+
+    def _run_tables(self, snapshot: LogSnapshot, run: list[DataFile]) -> list[pa.Table]:
+        """The files' records, from the in-memory tail where it still holds a file's commit
+        (the small files a merge takes are mostly recent ones), else from the file."""
+        chunks = {chunk.base_offset: chunk.records for chunk in snapshot.tail}
+        tables = []
+        for data_file in run:
+            chunk = chunks.get(data_file.min_offset)
+            if chunk is not None and chunk.num_rows == data_file.num_records:
+                tables.append(chunk)
+            else:
+                tables.append(read_whole_file(self._store, data_file))
+        return tables
+
+    def _checkpoint_and_trim(self) -> None:
+        if self._dt is None:
+            self._dt = DeltaTable(self._table_uri, storage_options=delta_storage_options())
+        else:
+            self._dt.update_incremental()
+        version = self._dt.version()
+        if version - self._checkpointed_version < CHECKPOINT_INTERVAL:
+            return
+        self._dt.create_checkpoint()
+        previous, self._checkpointed_version = self._checkpointed_version, version
+        if previous > 0:
+            self._delete_log_entries_before(previous)
+
+    def _delete_log_entries_before(self, keep_from_version: int) -> None:
+        """Delta's own log cleanup, bounded by count as well as time: commits and checkpoints
+        older than the previous checkpoint once LOG_GRACE_MS old, and leftover temporaries."""
+        cutoff_ms = int(time.time() * 1000) - LOG_GRACE_MS
+        for stored in self._log.list_temporaries():
+            if stored.modified_ms < cutoff_ms:
+                self._log.delete(stored.name)  # a commit crashed before it was linked
+        for stored in self._log.list():
+            name = stored.name
+            head = name.split(".", 1)[0]
+            if not (head.isdigit() and (name.endswith(".json") or ".checkpoint." in name)):
+                continue
+            if int(head) < keep_from_version and stored.modified_ms < cutoff_ms:
+                self._log.delete(name)
+
+
+def small_file_run(files: tuple[DataFile, ...]) -> list[DataFile]:
+    """The first run of at least COMPACT_FILES_MIN consecutive small files of one segment,
+    size-tiered: files at the front holding more records than the rest of the run are left
+    out, so a merged file is rewritten again only once as many records arrived after it (each
+    record is rewritten O(log n) times, not once per pass). Records, not bytes: a one-record
+    Parquet file is mostly footer."""
+    for run in _small_file_runs(files):
+        while len(run) >= COMPACT_FILES_MIN and run[0].num_records > sum(
+            f.num_records for f in run[1:]
+        ):
+            run = run[1:]
+        if len(run) >= COMPACT_FILES_MIN:
+            return run
+    return []
+
+
+def _small_file_runs(files: tuple[DataFile, ...]) -> list[list[DataFile]]:
+    """Maximal runs of consecutive small files within one segment, in offset order."""
+    runs: list[list[DataFile]] = []
+    for data_file in files:
+        if data_file.size_bytes >= SMALL_FILE_BYTES:
+            runs.append([])
+        elif runs and runs[-1] and runs[-1][-1].segment == data_file.segment:
+            runs[-1].append(data_file)
+        else:
+            runs.append([data_file])
+    return [run for run in runs if run]

@@ -1,0 +1,608 @@
+"""DeltaPartitionLog: one topic partition as one Delta table.
+
+Offsets are assigned by the writer from its loaded snapshot, and every append commits a Delta
+`txn` action `Transaction("log", last_offset)` with the next log version created put-if-absent
+on top of that same snapshot (log_commit.py), so two writers can never commit the same offsets
+(FORMAT.md §3). The high watermark is that txn version + 1.
+
+Concurrency contract: one thread at a time calls `append` (the partition's writer), and one
+may run `housekeeping` beside it; any number of threads may call `read`, `bounds` and
+`snapshot`: they read an immutable `LogSnapshot` that `append` and `reload` replace atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from storage_layout import log_commit, paths
+from storage_layout.errors import (
+    AppendConflict,
+    CorruptPartition,
+    LeadershipConflict,
+    StorageUnavailable,
+)
+from storage_layout.log import producer_scan, reads
+from storage_layout.log.arrow_records import ProducerColumns, records_to_arrow
+from storage_layout.log.files import (
+    WrittenFile,
+    delete_uncommitted,
+    read_whole_file,
+    write_data_file,
+)
+from storage_layout.log.housekeeping import Housekeeper
+from storage_layout.log.snapshot import (
+    DataFile,
+    Leadership,
+    LogSnapshot,
+    TailChunk,
+    VersionTaken,
+    VisibleAfterReload,
+    after_maintenance,
+    load_snapshot,
+    rearranged,
+)
+from storage_layout.log.tables import check_commit_files, create_table, load_table_explained
+from storage_layout.producer_state import ProducerStates
+from storage_layout.protocol_check import check_protocol
+from storage_layout.records import (
+    AppendResult,
+    AppTransaction,
+    FetchResult,
+    NewRecord,
+    PartitionBounds,
+)
+from storage_layout.schema import (
+    FILE_SCHEMA,
+    LEADER_APP_ID,
+    LOG_APP_ID,
+    LOG_START_APP_ID,
+    NODE_IDS,
+)
+from storage_layout.store import open_store
+from storage_layout.topic_config import TopicConfig
+
+# A commit that lost its version to another writer's commit is planned again on a fresh
+# snapshot (nothing of it is visible), this many times at most.
+APPEND_ATTEMPTS_MAX = 3
+APPEND_ONCE_ATTEMPTS_MAX = 20
+LEADERSHIP_ATTEMPTS_MAX = 5
+# A commit steps over at most this many file rearrangements (small-file merges) committed
+# between its snapshot and its version; past that it reloads.
+REARRANGEMENT_STEPS_MAX = 100
+RESERVED_APP_IDS = (LOG_APP_ID, LEADER_APP_ID, LOG_START_APP_ID)
+TAIL_COMMITS_MAX = 256
+
+
+class DeltaPartitionLog:
+    """The partition log of one topic partition, stored as a Delta table at `table_uri`."""
+
+    def __init__(
+        self,
+        table_uri: str,
+        dt: DeltaTable,
+        *,
+        tail_records_max: int = 20_000,
+        fenced: bool = True,
+    ) -> None:
+        self.table_uri = table_uri
+        # False only in the control runs of the fault tests: appends carry no txn and take
+        # the next free version whatever it holds, as a writer without the fence would.
+        self._fenced = fenced
+        self._dt = dt  # refreshed only by `reload`: appends advance the snapshot themselves
+        self._store = open_store(table_uri)
+        self._log = self._store.child(log_commit.LOG_DIR)
+        self._tail_records_max = tail_records_max
+        self._snapshot = load_snapshot(dt, fenced)
+        self._held: Leadership | None = None  # leadership this writer asserts in every append
+        self._housekeeper = Housekeeper(table_uri, self._store, self._log)
+        # App txns of this writer's own commits since `_dt` was loaded (`_dt` lags behind
+        # them; any other writer's commit makes this writer reload first).
+        self._own_app_versions: dict[str, int] = {}
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, table_uri: str) -> None:
+        """Create the empty table (protocol 1/2, partitioned by `segment`). Idempotent."""
+        create_table(table_uri)
+
+    @classmethod
+    def open(
+        cls, table_uri: str, *, tail_records_max: int = 20_000, fenced: bool = True
+    ) -> DeltaPartitionLog:
+        """Load the table, check its protocol against the allow-list, build the file index.
+
+        Raises:
+            CorruptPartition: no table there, or (local roots) a damaged commit file or
+                checkpoint.
+            StorageUnavailable: the table could not be read (retriable).
+        """
+        if paths.is_local(table_uri) and fenced:
+            # Local disks only: it reads every commit since the checkpoint, one request each
+            # on an object store, where a torn commit cannot happen (whole-object PUTs).
+            check_commit_files(table_uri)
+        try:
+            dt = load_table_explained(table_uri)
+        except TableNotFoundError as error:
+            raise CorruptPartition(f"No Delta table at {table_uri}: {error}") from error
+        check_protocol(dt.protocol(), table_uri)
+        return cls(table_uri, dt, tail_records_max=tail_records_max, fenced=fenced)
+
+    def reload(self) -> LogSnapshot:
+        """Catch up with commits made by others (other nodes, maintenance jobs). Loads from
+        the latest checkpoint: own appends leave `_dt` behind by any number of versions, whose
+        commit files housekeeping may have trimmed."""
+        self._dt = load_table_explained(self.table_uri)
+        check_protocol(self._dt.protocol(), self.table_uri)
+        self._snapshot = load_snapshot(self._dt, self._fenced)
+        self._own_app_versions = {}
+        return self._snapshot
+
+    def catch_up(self) -> bool:
+        """Reload if another writer committed since the loaded snapshot (a Spark task that
+        appended directly); True if it did. Costs one existence check of the next commit."""
+        try:
+            if not log_commit.commit_exists(self._log, self._snapshot.table_version + 1):
+                return False
+        except OSError as error:
+            raise StorageUnavailable(f"Cannot read {self.table_uri}: {error}") from error
+        self.reload()
+        return True
+
+    # ---- leadership --------------------------------------------------------------------------
+
+    def leader(self) -> Leadership | None:
+        """The leader named by the loaded snapshot (call `reload` first for the latest)."""
+        return Leadership.from_version(self._dt.transaction_version(LEADER_APP_ID))
+
+    @property
+    def held_leadership(self) -> Leadership | None:
+        return self._held
+
+    def commit_leadership(
+        self, node_id: int, *, expected: Leadership | None, hold: bool
+    ) -> Leadership:
+        """Name `node_id` leader with the next epoch, if the leader is still `expected`.
+
+        A txn-only commit, created put-if-absent on the version after the latest: of two
+        nodes taking over at once exactly one wins. Every append of the leader carries its
+        `leader` txn, so a deposed leader's next append is rejected, even on an empty table.
+        With `hold`, this writer asserts the new leadership in its appends (it named itself);
+        without, it hands the partition over and stops asserting any.
+
+        Raises:
+            LeadershipConflict: the leader is no longer `expected`, or another change won.
+        """
+        if not 0 <= node_id < NODE_IDS:
+            raise ValueError(f"node ids are 0..{NODE_IDS - 1}, got {node_id}")
+        for _ in range(LEADERSHIP_ATTEMPTS_MAX):
+            self.reload()
+            current = self.leader()
+            if current != expected:
+                raise LeadershipConflict(
+                    f"{self.table_uri}: leader is {current}, not {expected}; not taking over."
+                )
+            new = Leadership(0 if current is None else current.epoch + 1, node_id)
+            payload = log_commit.transactions_commit(
+                [(LEADER_APP_ID, new.version)], int(time.time() * 1000)
+            )
+            if self._put_commit(self._snapshot.table_version + 1, payload):
+                self.reload()
+                self._held = new if hold else None
+                return new
+        raise LeadershipConflict(f"{self.table_uri}: other commits kept coming first.")
+
+    # ---- reads -----------------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> LogSnapshot:
+        return self._snapshot
+
+    def bounds(self) -> PartitionBounds:
+        snapshot = self._snapshot
+        return PartitionBounds(snapshot.log_start_offset, snapshot.high_watermark)
+
+    def read(self, *, from_offset: int, records_max: int, bytes_max: int) -> FetchResult:
+        """Records from `from_offset` on (reads.read_records on the loaded snapshot)."""
+        return reads.read_records(
+            self._store,
+            self._snapshot,
+            from_offset=from_offset,
+            records_max=records_max,
+            bytes_max=bytes_max,
+        )
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """Kafka's ListOffsets by timestamp on the loaded snapshot (reads.offset_for_timestamp)."""
+        return reads.offset_for_timestamp(self._store, self._snapshot, timestamp_ms)
+
+    def read_files(self, files: Sequence[DataFile]) -> pa.Table:
+        """Every column of `files` (FILE_SCHEMA), in the order given."""
+        if not files:
+            return FILE_SCHEMA.empty_table()
+        # Files rewritten by other engines may store view types: one schema for all.
+        return pa.concat_tables([read_whole_file(self._store, f).cast(FILE_SCHEMA) for f in files])
+
+    def producer_states(self) -> ProducerStates:
+        """Producers' last committed spans (producer_scan.producer_states)."""
+        return producer_scan.producer_states(self._store, self._snapshot.files)
+
+    def older_producer_states(self, producer_ids: Collection[int], **limits) -> ProducerStates:
+        """The state of producers unknown to `producer_states`, from older files."""
+        return producer_scan.older_producer_states(
+            self._store, self._snapshot.files, producer_ids, **limits
+        )
+
+    def app_version(self, app_id: str) -> int | None:
+        """The version of txn `app_id` in the loaded snapshot (None: never committed)."""
+        own = self._own_app_versions.get(app_id)
+        return own if own is not None else self._dt.transaction_version(app_id)
+
+    # ---- append ----------------------------------------------------------------------------
+
+    def append(
+        self,
+        records: Sequence[NewRecord],
+        *,
+        config: TopicConfig,
+        now_ms: int | None = None,
+        producers: ProducerColumns | None = None,
+        transaction: AppTransaction | None = None,
+    ) -> AppendResult:
+        """Append `records` in one Delta commit with the offset CAS; dense offsets from the HW.
+
+        `producers` (one entry per record) fills the producer_id/producer_epoch/sequence
+        columns, so idempotent producers' state is committed atomically with their records.
+        `transaction` is committed with the records too (see `append_once`).
+
+        Raises:
+            AppendConflict: another writer committed offsets after this log's snapshot; nothing
+                was committed and the snapshot has been reloaded.
+            LeadershipConflict: this writer was deposed; nothing was committed.
+            StorageUnavailable: the storage could not be written.
+        """
+        if not records:
+            raise ValueError("append needs at least one record")
+        if transaction is not None and transaction.app_id in RESERVED_APP_IDS:
+            raise ValueError(f"txn app id {transaction.app_id!r} is reserved by the log")
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        for _ in range(APPEND_ATTEMPTS_MAX):
+            base_offset = self._snapshot.high_watermark
+            try:
+                return self._append_once(records, config, now_ms, producers, transaction)
+            except VersionTaken as error:
+                self.reload()
+                self._check_still_leader(error)
+                if self._snapshot.high_watermark != base_offset:
+                    raise AppendConflict(
+                        f"Another writer committed offsets to {self.table_uri} after this "
+                        f"writer's snapshot; nothing was appended."
+                    ) from error
+        raise StorageUnavailable(
+            f"Commit to {self.table_uri} failed: other commits (not appends) took its version "
+            f"{APPEND_ATTEMPTS_MAX} times."
+        )
+
+    def _check_still_leader(self, cause: Exception) -> None:
+        if self._held is not None and self.leader() != self._held:
+            self._held = None
+            raise LeadershipConflict(
+                f"{self.table_uri}: this node was deposed as leader (now {self.leader()}); "
+                f"nothing was appended."
+            ) from cause
+
+    def append_once(
+        self,
+        records: Sequence[NewRecord],
+        *,
+        config: TopicConfig,
+        transaction: AppTransaction,
+        now_ms: int | None = None,
+    ) -> AppendResult | None:
+        """Append `records` unless this table already holds `transaction` (its app id at its
+        version or above): then return None, nothing is appended. The txn is committed with
+        the records, so a writer that retries after any failure (a lost answer, a task retry,
+        a restart from a checkpoint) appends them exactly once.
+
+        Raises:
+            AppendConflict: other writers kept winning the offset CAS.
+            StorageUnavailable: the storage could not be written.
+        """
+        for _ in range(APPEND_ONCE_ATTEMPTS_MAX):
+            done = self.app_version(transaction.app_id)
+            if done is not None and done >= transaction.version:
+                return None
+            try:
+                return self.append(records, config=config, now_ms=now_ms, transaction=transaction)
+            except AppendConflict:
+                continue  # reloaded: check the txn again, then assign offsets afresh
+        raise AppendConflict(
+            f"Other writers committed to {self.table_uri} before each of "
+            f"{APPEND_ONCE_ATTEMPTS_MAX} attempts; nothing was appended."
+        )
+
+    def _append_once(
+        self, records, config: TopicConfig, now_ms: int, producers, transaction
+    ) -> AppendResult:
+        snapshot = self._snapshot
+        base_offset = snapshot.high_watermark
+        last_offset = base_offset + len(records) - 1
+        segment = _segment_for_append(snapshot, base_offset, config, now_ms)
+        table = records_to_arrow(records, base_offset, now_ms, config.log_append_time, producers)
+        written = write_data_file(self._store, table, segment, now_ms)
+        try:
+            self._commit_append(written, last_offset, now_ms, transaction)
+            self._advance(self._snapshot, written.data_file, table)
+            if transaction is not None:
+                self._own_app_versions[transaction.app_id] = transaction.version
+        except VisibleAfterReload:
+            pass  # the reloaded snapshot holds the commit (without it in the tail)
+        return AppendResult(base_offset, last_offset, now_ms, self._snapshot.table_version, segment)
+
+    def _commit_append(
+        self, written: WrittenFile, last_offset: int, now_ms: int, transaction
+    ) -> None:
+        """Create the next commit file; step over housekeeping's rearrangements.
+
+        Raises:
+            VersionTaken: another commit changed records, txns or metadata first.
+        """
+        transactions = [(LOG_APP_ID, last_offset)]
+        if self._held is not None:
+            transactions.append((LEADER_APP_ID, self._held.version))
+        if transaction is not None:
+            transactions.append((transaction.app_id, transaction.version))
+        if not self._fenced:
+            transactions = []
+        payload = log_commit.append_commit(written.add, transactions, now_ms)
+        for _ in range(REARRANGEMENT_STEPS_MAX):
+            version = self._snapshot.table_version + 1
+            if self._put_commit(version, payload):
+                self._check_not_shadowed(version, written.data_file.path)
+                return
+            if not self._fenced:
+                self._blind_rebase(version)
+                continue
+            winner = self._read_commit(version)
+            rearrangement = None if winner is None else log_commit.as_rearrangement(winner)
+            if rearrangement is None:
+                raise VersionTaken(version)
+            self._snapshot = rearranged(self._snapshot, version, rearrangement)
+        raise VersionTaken(self._snapshot.table_version + 1)
+
+    def _blind_rebase(self, version: int) -> None:
+        """Control runs only: take the next version whatever the taken one holds, as a writer
+        without the offset CAS does (delta-rs rebases such appends silently)."""
+        self._snapshot = dataclasses.replace(self._snapshot, table_version=version)
+
+    def _put_commit(self, version: int, payload: bytes) -> bool:
+        try:
+            return log_commit.put_if_absent(self._log, version, payload)
+        except OSError as error:
+            raise StorageUnavailable(f"Commit to {self.table_uri} failed: {error}") from error
+
+    def _read_commit(self, version: int) -> list[dict[str, Any]] | None:
+        try:
+            return log_commit.read_commit(self._log, version)
+        except OSError as error:
+            raise StorageUnavailable(f"Cannot read {self.table_uri}: {error}") from error
+
+    def _check_not_shadowed(self, version: int, data_path: str) -> None:
+        """A writer paused for longer than the log grace can find its next version free
+        because housekeeping trimmed it: its commit would sit below the latest checkpoint,
+        where no reader looks. So a commit below the checkpoint counts only if the reloaded
+        table shows it (a checkpoint can legitimately follow it within microseconds).
+
+        Raises:
+            VisibleAfterReload: it is visible; the snapshot has been reloaded.
+            VersionTaken: it is not: nothing was appended (the file is an orphan for vacuum).
+        """
+        if not self._may_be_below_checkpoint(version):
+            return
+        self.reload()
+        if any(f.path == data_path for f in self._snapshot.files):
+            raise VisibleAfterReload()
+        raise VersionTaken(version)
+
+    def _may_be_below_checkpoint(self, version: int) -> bool:
+        """Whether `_last_checkpoint` names a version after commit `version`, or cannot say.
+
+        Asked after the commit is durable, so an unreadable hint (garbage, torn by a disk
+        fault) must not raise: a committed append must never turn into an error a client
+        retries (a duplicate). delta-rs ignores such a hint and lists the log; the commit is
+        checked by a reload then, as for a commit below the checkpoint.
+        """
+        try:
+            return log_commit.last_checkpoint_version(self._log) > version
+        except (OSError, ValueError, KeyError, TypeError):
+            return True
+
+    def _advance(self, before: LogSnapshot, data_file: DataFile, table: pa.Table) -> None:
+        """The snapshot after our own commit: one more version, file and tail chunk."""
+        if not self._fenced:
+            self.reload()  # control runs: other writers' files may have come in between
+            return
+        self._snapshot = dataclasses.replace(
+            before,
+            table_version=before.table_version + 1,
+            high_watermark=data_file.max_offset + 1,
+            files=(*before.files, data_file),
+            tail=self._next_tail(before.tail, data_file.min_offset, table),
+        )
+
+    def _next_tail(self, tail, base_offset: int, table: pa.Table) -> tuple[TailChunk, ...]:
+        if self._tail_records_max <= 0:
+            return ()
+        chunks = [*tail, TailChunk(base_offset, table)]
+        rows = sum(chunk.records.num_rows for chunk in chunks)
+        while len(chunks) > 1 and (
+            rows - chunks[0].records.num_rows >= self._tail_records_max
+            or len(chunks) > TAIL_COMMITS_MAX
+        ):
+            rows -= chunks.pop(0).records.num_rows
+        return tuple(chunks)
+
+    # ---- housekeeping ----------------------------------------------------------------------
+
+    def housekeeping(self) -> int:
+        """Keep the table cheap to commit to: merge small files, checkpoint, trim the log
+        (housekeeping.Housekeeper). Safe in another thread while this log appends: it reads
+        the writer's snapshot and never replaces it.
+
+        Returns:
+            The number of data files merged away.
+        """
+        if not self._fenced:
+            return 0  # control runs: the table shows exactly what unfenced writers did
+        return self._housekeeper.run(self._snapshot, self._held)
+
+    def maybe_compact_files(self) -> int:
+        """Housekeeping's small-file merge, run on this log's own snapshot and applied to it
+        (for tools and tests that drive a log directly, between their appends). Not safe
+        concurrently with `append` or `housekeeping` on the same object.
+
+        Returns:
+            The number of files replaced (0 when no run is long enough).
+        """
+        try:
+            merged = self._housekeeper.merge_small_files(self._snapshot, self._held)
+        except (OSError, DeltaError):
+            self.reload()  # e.g. retention removed these files meanwhile: try again later
+            return 0
+        self._step_over_rearrangements()
+        return merged
+
+    def _step_over_rearrangements(self) -> None:
+        """Apply the rearrangements committed after this log's snapshot; reload if any later
+        commit is something else."""
+        for _ in range(REARRANGEMENT_STEPS_MAX):
+            version = self._snapshot.table_version + 1
+            winner = self._read_commit(version)
+            if winner is None:
+                return
+            change = log_commit.as_rearrangement(winner)
+            try:
+                if change is None:
+                    raise VersionTaken(version)
+                self._snapshot = rearranged(self._snapshot, version, change)
+            except VersionTaken:
+                self.reload()
+                return
+        self.reload()
+
+    # ---- maintenance (retention, key compaction, file optimization) -------------------------
+
+    def commit_maintenance(
+        self,
+        *,
+        removes: Sequence[DataFile],
+        replacements: Sequence[tuple[int, pa.Table]] = (),
+        operation: str,
+        data_change: bool,
+        transactions: Sequence[AppTransaction] = (),
+    ) -> bool:
+        """Replace the files `removes` by `replacements` ((segment, records with every file
+        column), one new file each) in one commit after the loaded snapshot.
+
+        Appends go on meanwhile: the commit steps over commits that leave `removes` in place
+        (maintenance never touches the active segment, where appends go). `data_change` says
+        whether records go (retention, key compaction) or only move (file merges). The
+        snapshot is reloaded afterwards.
+
+        Returns:
+            False, with nothing committed, when a commit in between removed one of the files
+            or carried one of `transactions`' app ids (another job did the work first): plan
+            again.
+        """
+        now_ms = int(time.time() * 1000)
+        written = [
+            write_data_file(self._store, table, segment, now_ms, data_change=data_change)
+            for segment, table in replacements
+            if table.num_rows  # a segment whose records all go leaves no file
+        ]
+        before = self._snapshot
+        payload = _maintenance_payload(
+            removes, written, operation, data_change, transactions, now_ms
+        )
+        version = self._commit_after(before.table_version + 1, payload, removes, transactions)
+        committed = version is not None and self._maintenance_visible(version, removes, written)
+        if not committed:
+            delete_uncommitted(self._store, written)
+        if committed and version == before.table_version + 1:
+            # Nothing came in between: the new snapshot is known without reading the table
+            # (a reload costs as much as the whole job on a partition with a long history).
+            added = [item.data_file for item in written]
+            self._snapshot = after_maintenance(before, removes, added, transactions)
+            for txn in transactions:
+                self._own_app_versions[txn.app_id] = txn.version
+        elif self._snapshot is before:
+            self.reload()
+        return committed
+
+    def _commit_after(self, version: int, payload: bytes, removes, transactions) -> int | None:
+        """Create the commit at `version` or after, stepping over commits that keep `removes`
+        and carry none of `transactions`' app ids; the version, or None on a conflict."""
+        removed = {f.path for f in removes}
+        app_ids = tuple(t.app_id for t in transactions)
+        while not self._put_commit(version, payload):
+            winner = self._read_commit(version)
+            if winner is None or not log_commit.keeps_files(winner, removed, app_ids):
+                return None
+            version += 1  # bounded: only commits that exist are stepped over
+        return version
+
+    def _maintenance_visible(self, version: int, removes, written) -> bool:
+        """As for appends (_check_not_shadowed): a commit created below the latest checkpoint,
+        by a job paused past the log grace, counts only if the reloaded table shows it."""
+        if not self._may_be_below_checkpoint(version):
+            return True
+        live = {f.path for f in self.reload().files}
+        return all(f.path not in live for f in removes) and all(
+            item.data_file.path in live for item in written
+        )
+
+
+def _maintenance_payload(
+    removes: Sequence[DataFile],
+    written: Sequence[WrittenFile],
+    operation: str,
+    data_change: bool,
+    transactions: Sequence[AppTransaction],
+    now_ms: int,
+) -> bytes:
+    return log_commit.maintenance_commit(
+        adds=[item.add for item in written],
+        removes=[
+            log_commit.remove_action(
+                f.path, f.segment, f.size_bytes, now_ms, data_change=data_change
+            )
+            for f in removes
+        ],
+        timestamp_ms=now_ms,
+        operation=operation,
+        parameters={"files": str(len(removes))},
+        transactions=[(t.app_id, t.version) for t in transactions],
+    )
+
+
+def _segment_for_append(
+    snapshot: LogSnapshot, base_offset: int, config: TopicConfig, now_ms: int
+) -> int:
+    """The active segment, or a new one (base = this append's first offset) when it is full
+    (`segment.bytes`) or old (`segment.ms`, measured from its first file's append time)."""
+    active = snapshot.active_segment
+    if active is None:
+        return base_offset
+    files = snapshot.segment_files(active)
+    size_bytes = sum(f.size_bytes for f in files)
+    created_ms = min(f.modification_time_ms for f in files)
+    if size_bytes >= config.segment_bytes or now_ms - created_ms >= config.segment_ms:
+        return base_offset
+    return active

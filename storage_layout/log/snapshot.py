@@ -1,0 +1,263 @@
+"""The partition log's view of its table: the file index, snapshots and how commits change them.
+
+A `LogSnapshot` is immutable; the writer replaces it atomically, so readers never lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from storage_layout import log_commit
+from storage_layout.errors import CorruptPartition
+from storage_layout.records import AppTransaction
+from storage_layout.schema import LOG_APP_ID, LOG_START_APP_ID, NODE_IDS, PARTITION_COLUMN
+
+
+@dataclass(frozen=True, slots=True)
+class DataFile:
+    """One Parquet file of the table with its offset range (from Delta file statistics)."""
+
+    path: str
+    segment: int
+    min_offset: int
+    max_offset: int
+    num_records: int
+    size_bytes: int
+    modification_time_ms: int
+    # None when the file's statistics do not say (e.g. written by another tool).
+    has_producer_ids: bool | None = None
+    # Largest record timestamp, ceiled to whole ms (None when the statistics do not say).
+    # Timestamps are not monotonic in offsets (CreateTime), so only this bound lets
+    # offset_for_timestamp skip a file.
+    max_timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Leadership:
+    """Who leads a partition, from the `leader` txn: epochs only grow, one per change."""
+
+    epoch: int
+    node_id: int
+
+    @classmethod
+    def from_version(cls, version: int | None) -> Leadership | None:
+        return None if version is None else cls(version // NODE_IDS, version % NODE_IDS)
+
+    @property
+    def version(self) -> int:
+        return self.epoch * NODE_IDS + self.node_id
+
+
+@dataclass(frozen=True, slots=True)
+class TailChunk:
+    """One recent commit's file, kept in memory so fetches at the head skip Parquet and
+    compaction skips re-reading it. `records` has every file column (FILE_SCHEMA)."""
+
+    base_offset: int
+    records: pa.Table
+
+
+@dataclass(frozen=True, slots=True)
+class LogSnapshot:
+    """What the log looks like at `table_version`. Files are sorted by min_offset."""
+
+    table_version: int
+    high_watermark: int
+    files: tuple[DataFile, ...]
+    tail: tuple[TailChunk, ...] = ()
+    # The `log_start` txn (set by retention), or None: then the first stored offset.
+    start_offset: int | None = None
+
+    @property
+    def log_start_offset(self) -> int:
+        """Where the log starts: retention's `log_start` txn if any, else the first offset
+        still stored; the high watermark when nothing is stored. Offsets between it and the
+        first stored offset were compacted away: reads skip them (Kafka's gaps)."""
+        stored = self.files[0].min_offset if self.files else self.high_watermark
+        if self.start_offset is None:
+            return stored
+        return min(self.start_offset, stored)
+
+    @property
+    def active_segment(self) -> int | None:
+        return max((f.segment for f in self.files), default=None)
+
+    def segment_files(self, segment: int) -> list[DataFile]:
+        return [f for f in self.files if f.segment == segment]
+
+
+class VersionTaken(Exception):
+    """A direct commit found its version taken by a commit that is not a rearrangement, or
+    landed below the latest checkpoint where no reader sees it."""
+
+
+class VisibleAfterReload(Exception):
+    """A direct commit below the latest checkpoint turned out visible (the snapshot was
+    reloaded with it)."""
+
+
+def load_snapshot(dt: DeltaTable, fenced: bool = True) -> LogSnapshot:
+    """Build the file index from the table's add actions and check the offset invariants."""
+    last_offset = dt.transaction_version(LOG_APP_ID)
+    high_watermark = 0 if last_offset is None else last_offset + 1
+    files = sorted(_data_files(dt), key=lambda f: f.min_offset)
+    if not fenced:  # control runs only: no txn to trust, and overlaps are what they show
+        end = max((f.max_offset + 1 for f in files), default=0)
+        return LogSnapshot(dt.version(), end, tuple(files))
+    for previous, current in zip(files, files[1:], strict=False):
+        if current.min_offset <= previous.max_offset:
+            raise CorruptPartition(
+                f"{dt.table_uri}: files {previous.path} and {current.path} overlap in offsets."
+            )
+    if files and files[-1].max_offset >= high_watermark:
+        raise CorruptPartition(
+            f"{dt.table_uri}: stores offset {files[-1].max_offset} but its offset txn says the "
+            f"high watermark is {high_watermark}."
+        )
+    start = dt.transaction_version(LOG_START_APP_ID)
+    return LogSnapshot(dt.version(), high_watermark, tuple(files), start_offset=start)
+
+
+def _data_files(dt: DeltaTable) -> list[DataFile]:
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return []
+    # Only the columns used: converting all ~26 add-action columns to Python was most of the
+    # cost of building the index of a table with thousands of files.
+    used = [
+        "path",
+        f"partition.{PARTITION_COLUMN}",
+        "min.offset",
+        "max.offset",
+        "num_records",
+        "size_bytes",
+        "modification_time",
+        "null_count.producer_id",
+    ]
+    columns = actions.select([name for name in used if name in actions.column_names]).to_pydict()
+    modification = [_epoch_ms(value) for value in columns["modification_time"]]
+    id_nulls = columns.get("null_count.producer_id", [None] * actions.num_rows)
+    max_timestamps_ms = _max_timestamps_ms(actions)
+    return [
+        DataFile(
+            path=columns["path"][i],
+            segment=int(columns[f"partition.{PARTITION_COLUMN}"][i]),
+            min_offset=columns["min.offset"][i],
+            max_offset=columns["max.offset"][i],
+            num_records=columns["num_records"][i],
+            size_bytes=columns["size_bytes"][i],
+            modification_time_ms=modification[i],
+            has_producer_ids=None
+            if id_nulls[i] is None
+            else id_nulls[i] < columns["num_records"][i],
+            max_timestamp_ms=max_timestamps_ms[i],
+        )
+        for i in range(actions.num_rows)
+    ]
+
+
+def _max_timestamps_ms(actions: pa.Table) -> list[int | None]:
+    """Each file's `maxValues.timestamp` in ms. Exact integers, not `datetime.timestamp()`
+    floats, whose rounding could shave a millisecond and make a reader skip a file it needs."""
+    if "max.timestamp" not in actions.column_names:
+        return [None] * actions.num_rows
+    micros = actions.column("max.timestamp").cast(pa.int64()).to_pylist()
+    return [None if value is None else -(-value // 1000) for value in micros]
+
+
+def rearranged(snapshot: LogSnapshot, version: int, change: log_commit.Rearrangement):
+    """`snapshot` with another writer's file rearrangement (commit `version`) applied.
+
+    Only a provable rewrite is stepped over: the removed files are all known, no added path is
+    already live, and the added files hold exactly the removed offsets (same records, same
+    range, no overlap with kept files). Anything else (e.g. a statistics recompute re-adding
+    live files) makes the writer reload instead.
+    """
+    kept = [f for f in snapshot.files if f.path not in change.removed_paths]
+    removed = [f for f in snapshot.files if f.path in change.removed_paths]
+    if len(removed) != len(change.removed_paths) or not removed:
+        raise VersionTaken(version)
+    try:
+        added = [data_file_from_add(add) for add in change.adds]
+    except (KeyError, TypeError, ValueError):
+        raise VersionTaken(version) from None  # no usable statistics: reload
+    live = {f.path for f in kept}
+    if any(f.path in live for f in added) or len({f.path for f in added}) != len(added):
+        raise VersionTaken(version)
+    same_records = sum(f.num_records for f in added) == sum(f.num_records for f in removed)
+    same_range = added and (
+        min(f.min_offset for f in added) == min(f.min_offset for f in removed)
+        and max(f.max_offset for f in added) == max(f.max_offset for f in removed)
+    )
+    if not (same_records and same_range):
+        raise VersionTaken(version)
+    files = sorted([*kept, *added], key=lambda f: f.min_offset)
+    for previous, current in zip(files, files[1:], strict=False):
+        if current.min_offset <= previous.max_offset:
+            raise VersionTaken(version)
+    return dataclasses.replace(snapshot, table_version=version, files=tuple(files))
+
+
+def after_maintenance(
+    before: LogSnapshot,
+    removes: Sequence[DataFile],
+    added: Sequence[DataFile],
+    transactions: Sequence[AppTransaction],
+) -> LogSnapshot:
+    """The snapshot after a maintenance commit made right on top of `before`."""
+    removed = {f.path for f in removes}
+    files = [f for f in before.files if f.path not in removed]
+    files += added
+    removed_bases = {f.min_offset for f in removes}
+    start = next(
+        (t.version for t in transactions if t.app_id == LOG_START_APP_ID), before.start_offset
+    )
+    return dataclasses.replace(
+        before,
+        table_version=before.table_version + 1,
+        files=tuple(sorted(files, key=lambda f: f.min_offset)),
+        tail=tuple(chunk for chunk in before.tail if chunk.base_offset not in removed_bases),
+        start_offset=start,
+    )
+
+
+def data_file_from_add(add: dict) -> DataFile:
+    stats = json.loads(add["stats"])
+    id_nulls = stats.get("nullCount", {}).get("producer_id")
+    max_timestamp = stats.get("maxValues", {}).get("timestamp")
+    return DataFile(
+        path=add["path"],
+        segment=int(add["partitionValues"][PARTITION_COLUMN]),
+        min_offset=stats["minValues"]["offset"],
+        max_offset=stats["maxValues"]["offset"],
+        num_records=stats["numRecords"],
+        size_bytes=add["size"],
+        modification_time_ms=add["modificationTime"],
+        has_producer_ids=None if id_nulls is None else id_nulls < stats["numRecords"],
+        max_timestamp_ms=None if max_timestamp is None else _iso_to_ms_ceiled(max_timestamp),
+    )
+
+
+def _iso_to_ms_ceiled(text: str) -> int:
+    """An ISO-8601 statistics timestamp (`2024-01-01T00:00:00.123Z`; naive = UTC) in ms,
+    ceiled so that a bound with microseconds never drops below the true maximum."""
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return -(-(parsed - _EPOCH) // timedelta(milliseconds=1))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _epoch_ms(value) -> int:
+    if isinstance(value, int):
+        return value
+    return int(value.timestamp() * 1000)

@@ -1,0 +1,150 @@
+"""Partition tables as delta-rs sees them: create, load (with damage explained), checkpoint,
+vacuum, and the light reads that need no file index."""
+
+from __future__ import annotations
+
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from storage_layout import log_commit, paths
+from storage_layout.errors import CorruptPartition, StorageUnavailable
+from storage_layout.log.snapshot import Leadership
+from storage_layout.schema import LEADER_APP_ID, PARTITION_COLUMN, PARTITION_SCHEMA
+from storage_layout.store import Store, delta_storage_options, open_store
+
+# Table properties set at creation. Log retention keeps `_delta_log` small under constant load;
+# never set delta.setTransactionRetentionDuration: it would expire the offset CAS (invariant 3).
+TABLE_CONFIGURATION = {
+    "delta.checkpointInterval": "100",
+    "delta.logRetentionDuration": "interval 1 days",
+}
+
+
+def checkpoint_table(table_uri: str) -> None:
+    """Write a checkpoint and run Delta's own log cleanup (jobs, for idle partitions)."""
+    try:
+        table = load_table_explained(table_uri)
+        table.create_checkpoint()
+        table.cleanup_metadata()
+    except (OSError, DeltaError) as error:
+        raise StorageUnavailable(f"Cannot checkpoint {table_uri}: {error}") from error
+
+
+def vacuum_table(table_uri: str, *, retention_hours: int, dry_run: bool) -> list[str]:
+    """Delete (or with `dry_run` list) data files the log removed more than
+    `retention_hours` ago. Lite mode: files the log never committed are not candidates, so a
+    writer's file that is not committed yet is never deleted. The caller enforces its own
+    minimum retention (jobs/plans.py), not delta-rs's 7 days."""
+    try:
+        return DeltaTable(table_uri, storage_options=delta_storage_options()).vacuum(
+            retention_hours=retention_hours,
+            dry_run=dry_run,
+            enforce_retention_duration=False,
+            full=False,
+        )
+    except (OSError, DeltaError) as error:
+        raise StorageUnavailable(f"Cannot vacuum {table_uri}: {error}") from error
+
+
+def load_table_explained(table_uri: str, **options) -> DeltaTable:
+    """`DeltaTable(table_uri)`, with a failure to load it explained.
+
+    deltalake raises OSError for storage I/O failures (retriable) and DeltaError for what it
+    cannot make sense of. Only the latter is looked into, on local roots: a present but
+    unreadable newest checkpoint (a torn or zeroed file, bit rot) fails every load until an
+    operator acts, so it is CorruptPartition with what to do, not a 503 retried forever; a
+    `_last_checkpoint` naming a missing checkpoint is dropped and the load retried once.
+
+    Raises:
+        TableNotFoundError: no table there.
+        CorruptPartition: its newest checkpoint is damaged.
+        StorageUnavailable: any other failure.
+    """
+    try:
+        return DeltaTable(table_uri, storage_options=delta_storage_options(), **options)
+    except TableNotFoundError:
+        raise
+    except (OSError, DeltaError) as error:
+        failure = error
+    if isinstance(failure, DeltaError):
+        log = open_store(table_uri).child(log_commit.LOG_DIR)
+        try:
+            damage = log_commit.damaged_checkpoint(log, str(failure))
+            if damage is not None:
+                message = _checkpoint_damage_message(table_uri, log, *damage)
+                raise CorruptPartition(message) from failure
+            if log_commit.drop_dangling_checkpoint_hint(log):
+                return load_table_explained(table_uri, **options)
+        except OSError as error:
+            raise StorageUnavailable(f"Cannot read the log of {table_uri}: {error}") from error
+    raise StorageUnavailable(f"Cannot load table {table_uri}: {failure}") from failure
+
+
+def _checkpoint_damage_message(table_uri: str, log: Store, version: int, damaged) -> str:
+    hint = paths.join(log.uri, log_commit.LAST_CHECKPOINT)
+    if log_commit.commits_replace_checkpoint(log, version):
+        advice = (
+            f"Every commit up to it is still in {log.uri}: delete the damaged checkpoint "
+            f"file(s) and {hint}, and the table is read from its JSON commits (and any older "
+            f"checkpoint); no record is lost."
+        )
+    else:
+        advice = (
+            f"Commits up to version {version} were already cleaned up, so the table cannot "
+            f"be read without it: restore the checkpoint file(s) from a backup."
+        )
+    return (
+        f"{table_uri}: checkpoint {version} is damaged ({'; '.join(damaged)}); the partition "
+        f"is not served rather than served from it. {advice}"
+    )
+
+
+def check_commit_files(table_uri: str) -> None:
+    log = open_store(table_uri).child(log_commit.LOG_DIR)
+    try:
+        damaged = log_commit.unreadable_commits(log)
+    except FileNotFoundError:
+        return  # no table: loading it says so
+    except OSError as error:
+        raise StorageUnavailable(f"Cannot read the log of {table_uri}: {error}") from error
+    if damaged:
+        raise CorruptPartition(
+            f"{table_uri}: damaged commit files ({'; '.join(damaged)}); the partition is not "
+            f"served rather than served without them. Restore them from a backup."
+        )
+
+
+def read_leader(dt: DeltaTable) -> Leadership | None:
+    """The leader named by the latest version of a partition table (refreshes `dt`)."""
+    try:
+        dt.update_incremental()
+        return Leadership.from_version(dt.transaction_version(LEADER_APP_ID))
+    except (OSError, DeltaError) as error:
+        raise StorageUnavailable(f"Cannot refresh {dt.table_uri}: {error}") from error
+
+
+def load_table(table_uri: str) -> DeltaTable:
+    """A DeltaTable for light reads (leader, bounds) without building the file index."""
+    try:
+        return load_table_explained(table_uri, without_files=True)
+    except TableNotFoundError as error:
+        raise CorruptPartition(f"No Delta table at {table_uri}: {error}") from error
+
+
+def create_table(table_uri: str) -> None:
+    """Create the empty partition table (protocol 1/2, partitioned by `segment`). Idempotent.
+
+    Raises:
+        StorageUnavailable: the store could not be written.
+    """
+    try:
+        DeltaTable.create(
+            table_uri,
+            PARTITION_SCHEMA,
+            mode="ignore",
+            partition_by=[PARTITION_COLUMN],
+            configuration=TABLE_CONFIGURATION,
+            storage_options=delta_storage_options(),
+        )
+    except (OSError, DeltaError) as error:
+        raise StorageUnavailable(f"Cannot create table {table_uri}: {error}") from error
