@@ -14,6 +14,8 @@ from api.broker.errors import NotLeader
 from api.groups.errors import NotCoordinator
 
 _PASSED_HEADERS = ("accept", "content-type")
+# Which node read the records of a fetch answer (the leader, or a follower from the table).
+SERVED_BY_HEADER = "x-lakelog-served-by"
 
 
 async def proxy_to_leader(request: Request, broker: Broker, leader_url: str) -> Response:
@@ -29,7 +31,8 @@ async def proxy_to_leader(request: Request, broker: Broker, leader_url: str) -> 
             f"retry shortly."
         ) from None
     media_type = answer.headers.get("content-type")
-    return Response(answer.content, answer.status_code, media_type=media_type)
+    served_by = {k: v for k, v in answer.headers.items() if k.lower() == SERVED_BY_HEADER}
+    return Response(answer.content, answer.status_code, media_type=media_type, headers=served_by)
 
 
 async def forward_request(request: Request, broker: Broker, node_url: str) -> Response:

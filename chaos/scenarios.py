@@ -131,13 +131,22 @@ class Cluster:
     restarts the first node, or stops and continues any node (SIGSTOP / SIGCONT)."""
 
     def __init__(
-        self, data_dir: Path, recorder: Recorder, env: dict[str, str] | None = None, nodes: int = 1
+        self,
+        data_dir: Path,
+        recorder: Recorder,
+        env: dict[str, str] | None = None,
+        nodes: int = 1,
+        root: str | None = None,
     ):
-        self.data_dir, self.recorder, self.env = data_dir, recorder, env or {}
+        """`root`: an object-store URI to use as the storage root instead of `data_dir` (which
+        then only holds the logs); `env` carries the store's variables."""
+        self.data_dir, self.recorder, self.env, self.root = data_dir, recorder, env or {}, root
         # Node ids only in a multi-node cluster; the nodes start in parallel (seconds each).
         envs = [self.env] if nodes == 1 else [self.env | _node_env(n) for n in range(nodes)]
         with ThreadPoolExecutor(nodes) as pool:
-            self.gateways = list(pool.map(lambda env: start_gateway(data_dir, env=env), envs))
+            self.gateways = list(
+                pool.map(lambda env: start_gateway(data_dir, env=env, root=root), envs)
+            )
         self.endpoints = [Endpoint(gateway.url) for gateway in self.gateways]
         self.kills: list[int] = []  # monotonic ns of each kill
 
@@ -159,7 +168,7 @@ class Cluster:
         self.kills.append(time.monotonic_ns())
         self.recorder.fault(GATEWAY_KILL, self.gateway.url)
         time.sleep(down_s)
-        self.gateways[0] = start_gateway(self.data_dir, env=self.env)
+        self.gateways[0] = start_gateway(self.data_dir, env=self.env, root=self.root)
         # Recorded before the endpoint gives clients the new port: the checker dates group
         # generations by the restart (only the old process answered before it).
         self.recorder.fault(GATEWAY_RESTART, self.gateway.url)
@@ -484,6 +493,9 @@ class _LeaderRun:
     # cap): a fast machine would otherwise send everything within a few pauses.
     pauses_min: int = 20
     workdir: Path | None = None
+    # An object-store root (and its variables) instead of a directory under the workdir.
+    root: str | None = None
+    store_env: tuple[tuple[str, str], ...] = ()
 
 
 class _LeaderPauser:
@@ -566,8 +578,8 @@ def _run_leader_pauses(plan: _LeaderRun) -> RunResult:
     root = _workdir(plan.workdir, plan.name)
     recorder = Recorder(root / "history.jsonl")
     started = time.monotonic()
-    env = LEASE_ENV | (UNFENCED_ENV if plan.unfenced else {})
-    cluster = Cluster(root / "data", recorder, env, nodes=2)
+    env = LEASE_ENV | (UNFENCED_ENV if plan.unfenced else {}) | dict(plan.store_env)
+    cluster = Cluster(root / "data", recorder, env, nodes=2, root=plan.root)
     topic = f"{plan.name.lower()}-{plan.seed}"
     create_topic(cluster.endpoint.url, topic, plan.partitions)
     producers = _producers_by_node(cluster, topic, "producer", plan.producers_per_node)

@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     fetch_timeout_ms_max: int = Field(default=30_000, ge=0)
     fetch_records_max: int = Field(default=10_000, gt=0)
     tail_records_max: int = Field(default=20_000, ge=0)
+    # Follower fetching (Kafka's KIP-392): a node that does not lead a partition serves its
+    # committed records from the shared table; only reads at the head go to the leader.
+    follower_fetch: bool = True
 
     # REST consumer instances idle this long are deleted (Confluent's consumer.instance.timeout.ms).
     consumer_instance_timeout_ms: int = Field(default=300_000, gt=0)

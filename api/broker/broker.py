@@ -26,6 +26,7 @@ from api.broker.errors import (
     NotLeader,
     RecordTooLarge,
 )
+from api.broker.follower_reads import FollowerReads
 from api.broker.leaders import Leaders, Route
 from api.broker.writer import FOREIGN_CHECK_INTERVAL_MS, BatchAck, CommitLimits
 from conf.settings import Settings
@@ -33,8 +34,8 @@ from storage_layout import paths, store
 from storage_layout.append_wire import INTERNAL_APPEND_PATH, encode_append
 from storage_layout.catalog import TopicCatalog, TopicInfo, check_partition_count
 from storage_layout.consumer_offsets import ConsumerOffsets
-from storage_layout.delta_log import DeltaPartitionLog
 from storage_layout.errors import ProducerError, TopicExists, TopicNotFound
+from storage_layout.log import DeltaPartitionLog
 from storage_layout.nodes import NodeRegistry
 from storage_layout.partitioner import RoundRobin, choose_partition
 from storage_layout.producer_state import ProducerBatch, check_batch_shape
@@ -119,6 +120,7 @@ class Broker:
         store.configure(settings.storage_options)
         self.root = paths.normalize_root(settings.data_dir)
         self._executor = ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="lakelog-io")
+        self._followers = FollowerReads(self.root, self._blocking)
         self._catalog: TopicCatalog | None = None
         self._producer_ids: ProducerIdAllocator | None = None
         self._topics: dict[str, TopicInfo] = {}
@@ -279,6 +281,7 @@ class Broker:
     async def delete_topic(self, name: str) -> None:
         await self.topic(name)
         await self.leaders.close_topic(name)
+        self._followers.forget_topic(name)
         await self._blocking(self._catalog.delete_topic, name)
         await self._refresh_topics()
 
@@ -505,6 +508,19 @@ class Broker:
             wait_s = min(remaining, FOREIGN_CHECK_INTERVAL_MS / 1000)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(appended.wait(), wait_s)
+
+    async def read_as_follower(self, request: FetchRequest) -> FetchResult | None:
+        """Committed records of a partition another node leads, read here from the shared
+        table (follower_reads); None when the leader must answer (the head, long-polls)."""
+        if not self.settings.follower_fetch or request.offset < 0:
+            return None
+        return await self._followers.read(
+            request.topic,
+            request.partition,
+            offset=request.offset,
+            records_max=self.settings.fetch_records_max,
+            bytes_max=request.bytes_max,
+        )
 
     async def _read(self, log: DeltaPartitionLog, request: FetchRequest) -> FetchResult:
         return await self._blocking(

@@ -30,9 +30,12 @@ async def fetch_items(
         OffsetOutOfRange: `offset` is below log_start_offset or above the high watermark.
     """
     url = await broker.remote_leader_url(topic, partition)
+    request = FetchRequest(topic, partition, offset, bytes_max, timeout_ms)
     if url is None:
-        request = FetchRequest(topic, partition, offset, bytes_max, timeout_ms)
         result = await broker.fetch(request)
+    else:  # committed records from the shared table; the head from the leader
+        result = await broker.read_as_follower(request)
+    if result is not None:
         return records_to_items(result.records, topic=topic, partition=partition, embedded=embedded)
     answer = await _get(
         broker,

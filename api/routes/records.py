@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from api.broker.broker import FetchRequest
 from api.deps import BrokerDep
-from api.forwarding import proxy_to_leader
+from api.forwarding import SERVED_BY_HEADER, proxy_to_leader
 from api.wire import RECORD_MEDIA_TYPES, fetch_format, records_to_json
 
 router = APIRouter(tags=["records"])
@@ -34,9 +34,6 @@ async def fetch_records(
     timeout: Annotated[int, Query(ge=0, description="Wait for data, in ms")] = 0,
 ) -> Response:
     embedded = fetch_format(request.headers.get("accept"))
-    leader_url = await broker.remote_leader_url(topic, partition)
-    if leader_url is not None:
-        return await proxy_to_leader(request, broker, leader_url)
     settings = broker.settings
     fetch = FetchRequest(
         topic=topic,
@@ -45,6 +42,13 @@ async def fetch_records(
         bytes_max=min(max_bytes or settings.fetch_bytes_max_default, settings.fetch_bytes_max_cap),
         timeout_ms=min(timeout, settings.fetch_timeout_ms_max),
     )
-    result = await broker.fetch(fetch)
+    leader_url = await broker.remote_leader_url(topic, partition)
+    if leader_url is None:
+        result = await broker.fetch(fetch)
+    else:
+        result = await broker.read_as_follower(fetch)
+        if result is None:  # the head: the leader's tail and long-poll answer
+            return await proxy_to_leader(request, broker, leader_url)
     body = records_to_json(result.records, topic=topic, partition=partition, embedded=embedded)
-    return Response(body, media_type=RECORD_MEDIA_TYPES[embedded])
+    served_by = {SERVED_BY_HEADER: str(settings.node_id)}
+    return Response(body, media_type=RECORD_MEDIA_TYPES[embedded], headers=served_by)
