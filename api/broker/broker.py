@@ -120,6 +120,10 @@ class Broker:
         store.configure(settings.storage_options)
         self.root = paths.normalize_root(settings.data_dir)
         self._executor = ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="lakelog-io")
+        # Liveness renewals on a thread of their own: queued behind partition opens (a node
+        # taking a thousand partitions at start), a renewal came late enough for the node to
+        # stop leading (can_lead) and answer 503s.
+        self._heartbeats = ThreadPoolExecutor(1, thread_name_prefix="lakelog-heartbeat")
         self._followers = FollowerReads(self.root, self._blocking)
         self._catalog: TopicCatalog | None = None
         self._producer_ids: ProducerIdAllocator | None = None
@@ -209,12 +213,14 @@ class Broker:
         if self._http is not None:
             await self._http.aclose()
         self._executor.shutdown(wait=True)
+        self._heartbeats.shutdown(wait=True)
 
     async def _maintain_forever(self) -> None:
         """Renew this node's liveness and keep partition leadership where it belongs."""
         while not self._closing:
             try:
-                await self._blocking(self.cluster.heartbeat)
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._heartbeats, self.cluster.heartbeat)
                 keys = [(t.name, p) for t in self._topics.values() for p in range(t.partitions)]
                 await self.leaders.maintain(keys)
                 await self.consumers.expire_idle()

@@ -68,6 +68,12 @@ class Leaders:
         self._locks: dict[PartitionKey, asyncio.Lock] = {}
         self._hints: dict[PartitionKey, tuple[int, float]] = {}  # leader id, when learned
         self._tables: dict[PartitionKey, object] = {}  # light DeltaTables for leader reads
+        # The leader each partition's table named when this node last read it (None: never
+        # led), while the live nodes stay `_members`. Maintenance reads a table again only
+        # when that leader is dead or the membership changed, so with a stable membership
+        # an idle partition costs the store nothing.
+        self._last_read: dict[PartitionKey, int | None] = {}
+        self._members: frozenset[int] = frozenset()
 
     @property
     def node_id(self) -> int:
@@ -157,6 +163,9 @@ class Leaders:
             uri,
             tail_records_max=self._tail_records_max,
             fenced=self._fenced,
+            # The table _read_leader just refreshed: one load per take, not two. Handed over,
+            # not shared (the log keeps it as its own snapshot).
+            loaded=self._tables.pop(key, None),
         )
         try:
             await self._blocking(
@@ -174,6 +183,7 @@ class Leaders:
             fault_point=self._fault_point,
         )
         self._writers[key] = writer
+        self._last_read[key] = self.node_id
         log.info("node %s leads %s/%s", self.node_id, topic, partition)
         return writer
 
@@ -187,6 +197,11 @@ class Leaders:
         return self._cluster.preferred(topic, partition)
 
     async def _read_leader(self, key: PartitionKey) -> Leadership | None:
+        leader = await self._read_leader_from_table(key)
+        self._last_read[key] = None if leader is None else leader.node_id
+        return leader
+
+    async def _read_leader_from_table(self, key: PartitionKey) -> Leadership | None:
         table = self._tables.get(key)
         if table is not None:
             try:
@@ -203,9 +218,14 @@ class Leaders:
 
     async def maintain(self, partitions: list[PartitionKey]) -> None:
         """One round: hand partitions to their preferred node, take dead leaders' partitions."""
+        members = frozenset(self._cluster.live_nodes())
+        if members != self._members:
+            self._members = members
+            self._last_read.clear()  # someone died or joined: look at every table once
         for key, writer in list(self._writers.items()):
             if writer.deposed:
                 self._writers.pop(key, None)
+                self._last_read.pop(key, None)
                 continue
             preferred = self._cluster.preferred(*key)
             if preferred != self.node_id:
@@ -215,6 +235,10 @@ class Leaders:
                 await self._maybe_take_from_dead(key)
 
     async def _maybe_take_from_dead(self, key: PartitionKey) -> None:
+        if key in self._last_read:
+            known = self._last_read[key]
+            if known is None or self._cluster.is_alive(known):
+                return  # never led (a produce takes it), or led by a live node
         try:
             current = await self._read_leader(key)
             if current is not None and not self._cluster.is_alive(current.node_id):
@@ -236,6 +260,7 @@ class Leaders:
             except (LeadershipConflict, StorageError) as error:
                 log.info("hand-over of %s/%s to %s failed: %s", *key, to_node, error)
             self._hints[key] = (to_node, time.monotonic())
+            self._last_read[key] = to_node
             log.info("node %s handed %s/%s to node %s", self.node_id, *key, to_node)
 
     # ---- closing ---------------------------------------------------------------------------
@@ -246,6 +271,8 @@ class Leaders:
         for key in [key for key in self._tables if key[0] == topic]:
             self._tables.pop(key, None)
             self._hints.pop(key, None)
+        for key in [key for key in self._last_read if key[0] == topic]:
+            self._last_read.pop(key, None)
 
     async def close(self) -> None:
         """Stop writing; hand each partition to another live node so failover is immediate."""

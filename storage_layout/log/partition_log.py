@@ -115,9 +115,15 @@ class DeltaPartitionLog:
 
     @classmethod
     def open(
-        cls, table_uri: str, *, tail_records_max: int = 20_000, fenced: bool = True
+        cls,
+        table_uri: str,
+        *,
+        tail_records_max: int = 20_000,
+        fenced: bool = True,
+        loaded: DeltaTable | None = None,
     ) -> DeltaPartitionLog:
-        """Load the table, check its protocol against the allow-list, build the file index.
+        """Load the table (or take `loaded`, a DeltaTable of it the caller just brought up to
+        date and hands over), check its protocol against the allow-list, build the file index.
 
         Raises:
             CorruptPartition: no table there, or (local roots) a damaged commit file or
@@ -129,7 +135,7 @@ class DeltaPartitionLog:
             # on an object store, where a torn commit cannot happen (whole-object PUTs).
             check_commit_files(table_uri)
         try:
-            dt = load_table_explained(table_uri)
+            dt = loaded if loaded is not None else load_table_explained(table_uri)
         except TableNotFoundError as error:
             raise CorruptPartition(f"No Delta table at {table_uri}: {error}") from error
         check_protocol(dt.protocol(), table_uri)
@@ -160,7 +166,7 @@ class DeltaPartitionLog:
 
     def leader(self) -> Leadership | None:
         """The leader named by the loaded snapshot (call `reload` first for the latest)."""
-        return Leadership.from_version(self._dt.transaction_version(LEADER_APP_ID))
+        return Leadership.from_version(self.app_version(LEADER_APP_ID))
 
     @property
     def held_leadership(self) -> Leadership | None:
@@ -182,22 +188,39 @@ class DeltaPartitionLog:
         """
         if not 0 <= node_id < NODE_IDS:
             raise ValueError(f"node ids are 0..{NODE_IDS - 1}, got {node_id}")
-        for _ in range(LEADERSHIP_ATTEMPTS_MAX):
-            self.reload()
+        for attempt in range(LEADERSHIP_ATTEMPTS_MAX):
+            if attempt:
+                self.reload()
+            else:
+                self.catch_up()  # one existence check when nothing moved since the snapshot
             current = self.leader()
             if current != expected:
                 raise LeadershipConflict(
                     f"{self.table_uri}: leader is {current}, not {expected}; not taking over."
                 )
             new = Leadership(0 if current is None else current.epoch + 1, node_id)
-            payload = log_commit.transactions_commit(
-                [(LEADER_APP_ID, new.version)], int(time.time() * 1000)
-            )
-            if self._put_commit(self._snapshot.table_version + 1, payload):
-                self.reload()
+            if self._commit_leader(new):
                 self._held = new if hold else None
                 return new
         raise LeadershipConflict(f"{self.table_uri}: other commits kept coming first.")
+
+    def _commit_leader(self, new: Leadership) -> bool:
+        """Create the next version holding only the `leader` txn; advance the snapshot past it
+        (no reload: a node taking a thousand partitions at start does it a thousand times)."""
+        version = self._snapshot.table_version + 1
+        payload = log_commit.transactions_commit(
+            [(LEADER_APP_ID, new.version)], int(time.time() * 1000)
+        )
+        if not self._put_commit(version, payload):
+            return False
+        if self._may_be_below_checkpoint(version):  # paused past the log grace: see appends
+            self.reload()
+            if self.leader() != new:
+                raise LeadershipConflict(f"{self.table_uri}: the leader commit was shadowed.")
+            return True
+        self._snapshot = dataclasses.replace(self._snapshot, table_version=version)
+        self._own_app_versions[LEADER_APP_ID] = new.version
+        return True
 
     # ---- reads -----------------------------------------------------------------------------
 

@@ -50,7 +50,7 @@ LOCAL_COMMIT_MODES = ("auto", "hard-link", "exclusive-create")
 _lock = threading.Lock()
 _options: dict[str, str] = {}
 _clients: dict[str, object] = {}
-_hard_links: dict[str, bool] = {}
+_hard_links: dict[int, bool] = {}  # by st_dev
 
 
 def configure(options: Mapping[str, str] | None) -> None:
@@ -119,20 +119,21 @@ def _local_store(path: str) -> Store:
 
 
 def _probe_hard_links(path: str) -> bool:
-    """Whether the file system under `path` hard-links, probed once per mount point."""
-    mount = _mount_point(path)
+    """Whether the file system under `path` hard-links, probed once per device (a stat of
+    the nearest existing directory tells which)."""
+    device = os.stat(_existing_ancestor(path)).st_dev
     with _lock:
-        known = _hard_links.get(mount)
+        known = _hard_links.get(device)
     if known is None:
         known = supports_hard_links(path)
         with _lock:
-            _hard_links[mount] = known
+            _hard_links[device] = known
     return known
 
 
-def _mount_point(path: str) -> str:
+def _existing_ancestor(path: str) -> str:
     path = os.path.abspath(path)
-    while not os.path.ismount(path):
+    while not os.path.isdir(path):
         parent = os.path.dirname(path)
         if parent == path:
             break
