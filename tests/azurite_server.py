@@ -7,7 +7,6 @@ import base64
 import hashlib
 import hmac
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -17,6 +16,7 @@ from email.utils import formatdate
 from pathlib import Path
 
 from tests.gateway_process import free_port
+from tests.loopback import stop_process, wait_until_answering
 
 REPO = Path(__file__).resolve().parents[1]
 AZURITE_MAIN = REPO / ".venv" / "azurite" / "node_modules" / "azurite" / "dist" / "src" / "blob"
@@ -80,13 +80,7 @@ class AzuriteServer:
         return name
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 def start_azurite(work_dir: Path) -> AzuriteServer:
@@ -107,16 +101,6 @@ def start_azurite(work_dir: Path) -> AzuriteServer:
         stderr=subprocess.STDOUT,
     )
     server = AzuriteServer(process, f"http://127.0.0.1:{port}/{ACCOUNT}", log_path)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"Azurite exited:\n{log_path.read_text(errors='replace')}")
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
-            return server
-        except urllib.error.HTTPError:
-            return server  # it answers (400 for a bare GET): ready
-        except OSError:
-            time.sleep(0.1)
-    server.stop()
-    raise RuntimeError(f"Azurite did not answer within {STARTUP_TIMEOUT_S}s")
+    url = f"http://127.0.0.1:{port}/"
+    wait_until_answering(process, url, log_path, what="Azurite", timeout_s=STARTUP_TIMEOUT_S)
+    return server

@@ -54,16 +54,7 @@ def s3_server(tmp_path_factory):
     sets them), so in-process stores and delta-rs reach it. Tests take their own buckets."""
     from tests.s3_server import start_s3_server
 
-    server = start_s3_server(tmp_path_factory.mktemp("s3"))
-    saved = {name: os.environ.get(name) for name in server.env}
-    os.environ.update(server.env)
-    yield server
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    server.stop()
+    yield from _serving_with_env(start_s3_server(tmp_path_factory.mktemp("s3")))
 
 
 @pytest.fixture
@@ -80,19 +71,25 @@ def azure_server(tmp_path_factory):
 
     if not azurite_installed():
         pytest.fail("Azurite is not installed under .venv/azurite: run `make install`")
-    server = start_azurite(tmp_path_factory.mktemp("azurite"))
-    saved = {name: os.environ.get(name) for name in server.env}
-    os.environ.update(server.env)
-    yield server
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    server.stop()
+    yield from _serving_with_env(start_azurite(tmp_path_factory.mktemp("azurite")))
 
 
 @pytest.fixture
 def azure_root(azure_server) -> str:
     """A storage root in a new container: `az://<container>/lakelog`."""
     return f"az://{azure_server.create_container()}/lakelog"
+
+
+def _serving_with_env(server):
+    """Yield `server` with its variables set in this process; restore them and stop it."""
+    saved = {name: os.environ.get(name) for name in server.env}
+    os.environ.update(server.env)
+    try:
+        yield server
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        server.stop()

@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.gateway_process import free_port
+from tests.loopback import stop_process, wait_until_answering
 
 STARTUP_TIMEOUT_S = 30.0
 REGION = "us-east-1"
@@ -46,13 +46,7 @@ class S3Server:
         return name
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 def start_s3_server(work_dir: Path) -> S3Server:
@@ -67,14 +61,7 @@ def start_s3_server(work_dir: Path) -> S3Server:
         env={**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"},
     )
     server = S3Server(process, f"http://127.0.0.1:{port}", log_path)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"moto_server exited:\n{log_path.read_text(errors='replace')}")
-        try:
-            with urllib.request.urlopen(server.endpoint + "/", timeout=1):
-                return server
-        except OSError:
-            time.sleep(0.1)
-    server.stop()
-    raise RuntimeError(f"moto_server did not answer within {STARTUP_TIMEOUT_S}s")
+    wait_until_answering(
+        process, server.endpoint + "/", log_path, what="moto_server", timeout_s=STARTUP_TIMEOUT_S
+    )
+    return server

@@ -28,7 +28,7 @@ from storage_layout.errors import (
     LeadershipConflict,
     StorageUnavailable,
 )
-from storage_layout.log import producer_scan, reads
+from storage_layout.log import housekeeping, producer_scan, reads
 from storage_layout.log.arrow_records import ProducerColumns, records_to_arrow
 from storage_layout.log.files import (
     WrittenFile,
@@ -105,6 +105,9 @@ class DeltaPartitionLog:
         # App txns of this writer's own commits since `_dt` was loaded (`_dt` lags behind
         # them; any other writer's commit makes this writer reload first).
         self._own_app_versions: dict[str, int] = {}
+        # When this writer last knew its snapshot's version to be the latest (monotonic s):
+        # a commit made soon after cannot sit below a checkpoint (see _check_not_shadowed).
+        self._latest_known_at = time.monotonic()
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -145,10 +148,12 @@ class DeltaPartitionLog:
         """Catch up with commits made by others (other nodes, maintenance jobs). Loads from
         the latest checkpoint: own appends leave `_dt` behind by any number of versions, whose
         commit files housekeeping may have trimmed."""
+        started = time.monotonic()
         self._dt = load_table_explained(self.table_uri)
         check_protocol(self._dt.protocol(), self.table_uri)
         self._snapshot = load_snapshot(self._dt, self._fenced)
         self._own_app_versions = {}
+        self._latest_known_at = started
         return self._snapshot
 
     def catch_up(self) -> bool:
@@ -387,8 +392,10 @@ class DeltaPartitionLog:
         payload = log_commit.append_commit(written.add, transactions, now_ms)
         for _ in range(REARRANGEMENT_STEPS_MAX):
             version = self._snapshot.table_version + 1
+            started = time.monotonic()
             if self._put_commit(version, payload):
                 self._check_not_shadowed(version, written.data_file.path)
+                self._latest_known_at = started
                 return
             if not self._fenced:
                 self._blind_rebase(version)
@@ -427,6 +434,12 @@ class DeltaPartitionLog:
             VisibleAfterReload: it is visible; the snapshot has been reloaded.
             VersionTaken: it is not: nothing was appended (the file is an orphan for vacuum).
         """
+        # Half the log grace: margin for the clocks of the nodes that trim the log.
+        if time.monotonic() - self._latest_known_at < housekeeping.LOG_GRACE_MS / 2000:
+            # The version before ours was the latest within the last few seconds, so ours was
+            # absent then; to be trimmed it must have existed for LOG_GRACE_MS: it was not.
+            # Saves a read of `_last_checkpoint` per commit (a request on an object store).
+            return
         if not self._may_be_below_checkpoint(version):
             return
         self.reload()

@@ -77,8 +77,22 @@ class ObjectStore(Store):
         except obstore_errors.AlreadyExistsError:
             return holds(self, path, data)
         except Exception as error:  # noqa: BLE001 - one translation for every client error
-            raise _translate(error, self.uri, path) from error
+            return self._resolve_unknown_create(path, data, _translate(error, self.uri, path))
         return True
+
+    def _resolve_unknown_create(self, path: str, data: bytes, failure: StoreError) -> bool:
+        """A create that failed after its retries (5xx, throttling, timeouts) may still have
+        been applied: read the object to learn the outcome, never write again. Ours: created;
+        another's: lost the race; absent: nothing was written, the caller may retry."""
+        if isinstance(failure, StoreAccessDenied | StoreNotFound):
+            raise failure
+        try:
+            found = self.get(path)
+        except StoreError:
+            raise failure from None  # still unknown: the caller answers "retry"
+        if found is None:
+            raise failure
+        return found == data
 
     def put(self, path: str, data: bytes) -> None:
         try:
