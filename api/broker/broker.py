@@ -129,6 +129,8 @@ class Broker:
         self._producer_ids: ProducerIdAllocator | None = None
         self._topics: dict[str, TopicInfo] = {}
         self._topics_loaded_at = 0.0
+        self._topics_read_started_at = -1.0  # when the newest completed catalog read began
+        self._topics_reading: asyncio.Future | None = None
         self.cluster: Cluster | None = None
         self.leaders: Leaders | None = None
         self.groups = None  # GroupCoordinator, once started
@@ -243,9 +245,12 @@ class Broker:
     async def topic(self, name: str) -> TopicInfo:
         """The topic from the cache; a miss or an old cache re-reads the catalog (other nodes
         and tools may have created it)."""
-        age_ms = (time.monotonic() - self._topics_loaded_at) * 1000
-        if name not in self._topics or age_ms > self.settings.catalog_refresh_ms:
-            await self._refresh_topics()
+        now = time.monotonic()
+        refresh_s = self.settings.catalog_refresh_ms / 1000
+        if name not in self._topics:
+            await self._read_topics_since(now)  # created a moment ago elsewhere?
+        elif now - self._topics_loaded_at > refresh_s:
+            await self._read_topics_since(now - refresh_s)
         topic = self._topics.get(name)
         if topic is None:
             raise TopicNotFound(name)
@@ -292,8 +297,20 @@ class Broker:
         await self._refresh_topics()
 
     async def _refresh_topics(self) -> None:
+        started = time.monotonic()
         self._topics = await self._blocking(self._catalog.topics)
         self._topics_loaded_at = time.monotonic()
+        self._topics_read_started_at = max(self._topics_read_started_at, started)
+
+    async def _read_topics_since(self, moment: float) -> None:
+        """Have the catalog read by a read that began at or after `moment` (monotonic s).
+        Requests arriving together share one read: one each, as when the cache went stale
+        under load, queued hundreds of catalog reads (a LIST and GETs each on an object
+        store) ahead of commits and heartbeats."""
+        while self._topics_read_started_at < moment:
+            if self._topics_reading is None or self._topics_reading.done():
+                self._topics_reading = asyncio.ensure_future(self._refresh_topics())
+            await asyncio.shield(self._topics_reading)
 
     async def partition_bounds(self, topic_name: str, partition: int) -> PartitionBounds:
         """log_start_offset and high watermark from the leader's loaded snapshot (O(1)).

@@ -10,12 +10,14 @@ every CHECKPOINT_INTERVAL versions, and deletes log entries older than the previ
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from storage_layout import log_commit
+from storage_layout.errors import StorageError
 from storage_layout.log.files import read_whole_file, write_data_file
 from storage_layout.log.snapshot import DataFile, Leadership, LogSnapshot
 from storage_layout.log.tables import TABLE_CONFIGURATION
@@ -43,29 +45,38 @@ class Housekeeper:
         self._table_uri = table_uri
         self._store = store
         self._log = log
-        self._dt: DeltaTable | None = None  # its own view of the table, for checkpoints
         self._checkpointed_version = 0
 
-    def run(self, snapshot: LogSnapshot, held: Leadership | None) -> int:
-        """One pass: merge the first run of small files, checkpoint when due, trim the log.
+    def run(self, snapshot: LogSnapshot, held: Leadership | None, head: Head = None) -> int:
+        """One pass: checkpoint when due and trim the log (a table load replays the commits
+        since the last checkpoint: on an object store, a request each), then merge the first
+        run of small files.
 
         Returns:
             The number of data files merged away (0 also when the pass failed: it is retried
             on the next one).
         """
-        try:
-            merged = self.merge_small_files(snapshot, held)
-            if snapshot.table_version - self._checkpointed_version >= CHECKPOINT_INTERVAL:
+        if snapshot.table_version - self._checkpointed_version >= CHECKPOINT_INTERVAL:
+            try:
                 self._checkpoint_and_trim()
-        except (OSError, DeltaError):
-            self._dt = None  # reload from scratch next time
+            except (OSError, DeltaError, StorageError):
+                pass  # retried on the next pass; the merge does not depend on it
+        try:
+            return self.merge_small_files(snapshot, held, head)
+        except (OSError, DeltaError, StorageError):
             return 0
-        return merged
 
-    def merge_small_files(self, snapshot: LogSnapshot, held: Leadership | None) -> int:
+    def merge_small_files(
+        self, snapshot: LogSnapshot, held: Leadership | None, head: Head = None
+    ) -> int:
         """Rewrite the first run of small files as one file, committed after `snapshot`'s
         version, stepping over appends; gives up (0) if a commit removed one of its files or
-        changed the leader (a deposed leader's merge must not land)."""
+        changed the leader (a deposed leader's merge must not land).
+
+        `head()` is the writer's newest snapshot when every commit after `snapshot` up to it
+        is known to keep files and leader (the writer's own appends), else None: the merge
+        then goes straight past them instead of reading each one (two requests a step on an
+        object store, while the writer keeps appending)."""
         run = small_file_run(snapshot.files)
         if not run:
             return 0
@@ -83,6 +94,7 @@ class Housekeeper:
         removed = {f.path for f in run}
         version = snapshot.table_version + 1
         for _ in range(MERGE_STEPS_MAX):
+            version = _past_the_head(version, removed, head)
             if log_commit.put_if_absent(self._log, version, payload):
                 return len(run)
             winner = log_commit.read_commit(self._log, version)
@@ -107,14 +119,13 @@ class Housekeeper:
         return tables
 
     def _checkpoint_and_trim(self) -> None:
-        if self._dt is None:
-            self._dt = DeltaTable(self._table_uri, storage_options=delta_storage_options())
-        else:
-            self._dt.update_incremental()
-        version = self._dt.version()
+        # A fresh load each time (once per CHECKPOINT_INTERVAL commits, from the previous
+        # checkpoint): a DeltaTable kept across trims can refer to log entries gone since.
+        table = DeltaTable(self._table_uri, storage_options=delta_storage_options())
+        version = table.version()
         if version - self._checkpointed_version < CHECKPOINT_INTERVAL:
             return
-        self._dt.create_checkpoint()
+        table.create_checkpoint()
         previous, self._checkpointed_version = self._checkpointed_version, version
         if previous > 0:
             self._delete_log_entries_before(previous)
@@ -133,6 +144,18 @@ class Housekeeper:
                 continue
             if int(head) < keep_from_version and stored.modified_ms < cutoff_ms:
                 self._log.delete(name)
+
+
+Head = Callable[[], LogSnapshot | None] | None
+
+
+def _past_the_head(version: int, removed: set[str], head: Head) -> int:
+    """`version`, or the version after the writer's head when that keeps all of `removed`."""
+    latest = None if head is None else head()
+    if latest is None or latest.table_version < version:
+        return version
+    live = {f.path for f in latest.files}
+    return latest.table_version + 1 if removed <= live else version
 
 
 def small_file_run(files: tuple[DataFile, ...]) -> list[DataFile]:

@@ -96,6 +96,9 @@ class DeltaPartitionLog:
         # the next free version whatever it holds, as a writer without the fence would.
         self._fenced = fenced
         self._dt = dt  # refreshed only by `reload`: appends advance the snapshot themselves
+        # Read now, while the log entries it comes from exist: `_dt` reads txns lazily, and
+        # housekeeping may trim those entries while this writer appends for hours.
+        self._loaded_leader = dt.transaction_version(LEADER_APP_ID)
         self._store = open_store(table_uri)
         self._log = self._store.child(log_commit.LOG_DIR)
         self._tail_records_max = tail_records_max
@@ -108,6 +111,7 @@ class DeltaPartitionLog:
         # When this writer last knew its snapshot's version to be the latest (monotonic s):
         # a commit made soon after cannot sit below a checkpoint (see _check_not_shadowed).
         self._latest_known_at = time.monotonic()
+        self._reloads = 0  # how many times the snapshot was rebuilt from the table
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -152,26 +156,31 @@ class DeltaPartitionLog:
         self._dt = load_table_explained(self.table_uri)
         check_protocol(self._dt.protocol(), self.table_uri)
         self._snapshot = load_snapshot(self._dt, self._fenced)
+        self._loaded_leader = self._dt.transaction_version(LEADER_APP_ID)
         self._own_app_versions = {}
         self._latest_known_at = started
+        self._reloads += 1
         return self._snapshot
 
     def catch_up(self) -> bool:
-        """Reload if another writer committed since the loaded snapshot (a Spark task that
-        appended directly); True if it did. Costs one existence check of the next commit."""
+        """Follow commits made since the loaded snapshot: file rearrangements (this node's
+        small-file merges) are applied to it, anything else (a Spark task that appended
+        directly, a retention or compaction job) reloads it. True if records changed (a
+        reload). Costs one existence check of the next commit when nothing moved."""
         try:
             if not log_commit.commit_exists(self._log, self._snapshot.table_version + 1):
                 return False
         except OSError as error:
             raise StorageUnavailable(f"Cannot read {self.table_uri}: {error}") from error
-        self.reload()
-        return True
+        return self._step_over_rearrangements()
 
     # ---- leadership --------------------------------------------------------------------------
 
     def leader(self) -> Leadership | None:
-        """The leader named by the loaded snapshot (call `reload` first for the latest)."""
-        return Leadership.from_version(self.app_version(LEADER_APP_ID))
+        """The leader named by the loaded snapshot (call `reload` first for the latest).
+        Reads no storage, so housekeeping may ask from its thread."""
+        own = self._own_app_versions.get(LEADER_APP_ID)
+        return Leadership.from_version(own if own is not None else self._loaded_leader)
 
     @property
     def held_leadership(self) -> Leadership | None:
@@ -271,7 +280,15 @@ class DeltaPartitionLog:
     def app_version(self, app_id: str) -> int | None:
         """The version of txn `app_id` in the loaded snapshot (None: never committed)."""
         own = self._own_app_versions.get(app_id)
-        return own if own is not None else self._dt.transaction_version(app_id)
+        if own is not None:
+            return own
+        try:
+            return self._dt.transaction_version(app_id)
+        except DeltaError:
+            # `_dt` predates log entries housekeeping trimmed since (own appends do not
+            # refresh it): read the txn from the table as it is now.
+            self.reload()
+            return self._dt.transaction_version(app_id)
 
     # ---- append ----------------------------------------------------------------------------
 
@@ -497,7 +514,14 @@ class DeltaPartitionLog:
         """
         if not self._fenced:
             return 0  # control runs: the table shows exactly what unfenced writers did
-        return self._housekeeper.run(self._snapshot, self._held)
+        reloads, held = self._reloads, self._held
+
+        def head() -> LogSnapshot | None:  # the writer's, while only its appends came since
+            if self._reloads != reloads or self._held != held or self.leader() != held:
+                return None
+            return self._snapshot
+
+        return self._housekeeper.run(self._snapshot, held, head)
 
     def maybe_compact_files(self) -> int:
         """Housekeeping's small-file merge, run on this log's own snapshot and applied to it
@@ -515,14 +539,14 @@ class DeltaPartitionLog:
         self._step_over_rearrangements()
         return merged
 
-    def _step_over_rearrangements(self) -> None:
+    def _step_over_rearrangements(self) -> bool:
         """Apply the rearrangements committed after this log's snapshot; reload if any later
-        commit is something else."""
+        commit is something else. True if it reloaded."""
         for _ in range(REARRANGEMENT_STEPS_MAX):
             version = self._snapshot.table_version + 1
             winner = self._read_commit(version)
             if winner is None:
-                return
+                return False
             change = log_commit.as_rearrangement(winner)
             try:
                 if change is None:
@@ -530,8 +554,9 @@ class DeltaPartitionLog:
                 self._snapshot = rearranged(self._snapshot, version, change)
             except VersionTaken:
                 self.reload()
-                return
+                return True
         self.reload()
+        return True
 
     # ---- maintenance (retention, key compaction, file optimization) -------------------------
 
