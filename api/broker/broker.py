@@ -218,17 +218,34 @@ class Broker:
         self._heartbeats.shutdown(wait=True)
 
     async def _maintain_forever(self) -> None:
-        """Renew this node's liveness and keep partition leadership where it belongs."""
+        """Renew this node's liveness, and (in a task of its own, so that a long round over
+        many partitions never delays a renewal) keep partition leadership where it belongs."""
+        leadership = asyncio.get_running_loop().create_task(self._keep_leadership_forever())
+        try:
+            await self._renew_forever()
+        finally:
+            leadership.cancel()
+
+    async def _renew_forever(self) -> None:
+        loop = asyncio.get_running_loop()
         while not self._closing:
             try:
-                loop = asyncio.get_running_loop()
                 await loop.run_in_executor(self._heartbeats, self.cluster.heartbeat)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep renewing: one failed round must not stop the node
+                log.exception("liveness renewal failed")
+            await asyncio.sleep(self.settings.heartbeat_ms / 1000)
+
+    async def _keep_leadership_forever(self) -> None:
+        while not self._closing:
+            try:
                 keys = [(t.name, p) for t in self._topics.values() for p in range(t.partitions)]
                 await self.leaders.maintain(keys)
                 await self.consumers.expire_idle()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # keep renewing: one failed round must not stop the node
+            except Exception:  # one failed round must not stop the next
                 log.exception("cluster maintenance round failed")
             await asyncio.sleep(self.settings.heartbeat_ms / 1000)
 

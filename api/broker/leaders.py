@@ -30,6 +30,9 @@ from storage_layout.topic_config import TopicConfig
 log = logging.getLogger("lakelog.leaders")
 
 PartitionKey = tuple[str, int]
+# Partition tables a maintenance round reads for the first time, at most (each is a table
+# load; requests take the others when they come).
+UNREAD_PER_ROUND_MAX = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +111,10 @@ class Leaders:
         if hint is None:
             return None
         leader_id, learned_at = hint
-        fresh = time.monotonic() - learned_at < self._cluster.settings.heartbeat_ms / 1000
+        # Trusted for a lease while its node lives (and the membership stays: maintenance
+        # drops every hint when it changes): each re-learning is a table read, a LIST and
+        # GETs on an object store, which made every read on a follower cost ~0.5 s there.
+        fresh = time.monotonic() - learned_at < self._cluster.settings.lease_ms / 1000
         return leader_id if fresh and self._cluster.is_alive(leader_id) else None
 
     def forget(self, topic: str, partition: int) -> None:
@@ -222,6 +228,7 @@ class Leaders:
         if members != self._members:
             self._members = members
             self._last_read.clear()  # someone died or joined: look at every table once
+            self._hints.clear()
         for key, writer in list(self._writers.items()):
             if writer.deposed:
                 self._writers.pop(key, None)
@@ -230,9 +237,15 @@ class Leaders:
             preferred = self._cluster.preferred(*key)
             if preferred != self.node_id:
                 await self._hand_over(key, preferred)
+        unread = 0  # a node starting under a thousand partitions reads them over rounds
         for key in partitions:
-            if key not in self._writers and self._cluster.preferred(*key) == self.node_id:
-                await self._maybe_take_from_dead(key)
+            if key in self._writers or self._cluster.preferred(*key) != self.node_id:
+                continue
+            if key not in self._last_read:
+                unread += 1
+                if unread > UNREAD_PER_ROUND_MAX:
+                    continue
+            await self._maybe_take_from_dead(key)
 
     async def _maybe_take_from_dead(self, key: PartitionKey) -> None:
         if key in self._last_read:
