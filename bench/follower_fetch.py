@@ -31,6 +31,7 @@ if str(REPO) not in sys.path:
 
 
 from bench.produce_fetch import machine_info, report_header  # noqa: E402
+from bench.storage_root import bench_root  # noqa: E402
 from tests.gateway_process import GatewayProcess, start_gateway  # noqa: E402
 
 TOPIC = "reads"
@@ -109,16 +110,8 @@ def learn_leaders(url: str) -> None:
 
 
 def run(store: str, duration_s: float, work: Path) -> list[tuple[int, dict[str, float]]]:
-    env: dict[str, str] = {}
-    root = None
-    s3 = None
-    if store == "s3":
-        from tests.s3_server import start_s3_server
-
-        s3 = start_s3_server(work)
-        env = s3.env
-        root = f"s3://{s3.create_bucket()}/lakelog"
-    try:
+    with bench_root(store, work) as where:
+        env, root = where.env, where.root
         filler = start_gateway(work / "data", env={**env, **CLUSTER_ENV}, root=root)
         fill(filler.url)
         filler.stop()
@@ -143,9 +136,6 @@ def run(store: str, duration_s: float, work: Path) -> list[tuple[int, dict[str, 
             print(f"{count} node(s): {figures['records_per_s']:,.0f} records/s", flush=True)
             results.append((count, figures))
         return results
-    finally:
-        if s3 is not None:
-            s3.stop()
 
 
 async def _warm_up(nodes: list[GatewayProcess]) -> None:

@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.storage_root import bench_root  # noqa: E402
 from tests.gateway_process import start_gateway  # noqa: E402
 
 TOPIC = "wide"
@@ -71,16 +72,8 @@ async def produce_everywhere(url: str, partitions: int, tag: str) -> tuple[float
 
 
 def run(partitions: int, store: str, work: Path) -> dict[str, float]:
-    env: dict[str, str] = {}
-    root = None
-    s3 = None
-    if store == "s3":
-        from tests.s3_server import start_s3_server
-
-        s3 = start_s3_server(work)
-        env = s3.env
-        root = f"s3://{s3.create_bucket()}/lakelog"
-    try:
+    with bench_root(store, work) as where:
+        env, root = where.env, where.root
         gateway = start_gateway(work / "data", env=env, root=root)
         body = {"topic_name": TOPIC, "partitions_count": partitions}
         response = httpx.post(f"{gateway.url}/v3/clusters/lakelog/topics", json=body, timeout=120)
@@ -105,9 +98,6 @@ def run(partitions: int, store: str, work: Path) -> dict[str, float]:
             "rss_after_mb": after_mb,
             "kb_per_open_partition": (after_mb - before_mb) * 1024 / partitions,
         }
-    finally:
-        if s3 is not None:
-            s3.stop()
 
 
 def main() -> None:
