@@ -22,7 +22,13 @@ from storage_layout.store.base import (
     StoreNotFound,
 )
 from storage_layout.store.local import ExclusiveCreateStore, LocalStore, supports_hard_links
-from storage_layout.store.objects import ObjectStore, key_prefix, open_client, store_kind
+from storage_layout.store.objects import (
+    ObjectStore,
+    bucket_url,
+    key_prefix,
+    open_client,
+    store_kind,
+)
 from storage_layout.store.parquet import read_parquet, write_parquet
 
 __all__ = [
@@ -99,11 +105,11 @@ def open_store(uri: str) -> Store:
             f"{uri}: unsupported storage root; use a local path or an s3://, s3a://, "
             f"abfss://, az:// or gs:// URI"
         )
-    bucket = uri.split("://", 1)[0] + "://" + uri.split("://", 1)[1].split("/", 1)[0]
+    bucket = bucket_url(uri)
+    options = delta_storage_options() or {}  # the object_store keys, as delta-rs gets them
     with _lock:
         client = _clients.get(bucket)
         if client is None:
-            options = {k: v for k, v in _options.items() if not k.startswith("lakelog.")}
             client = _clients[bucket] = open_client(uri, options)
     return ObjectStore(uri, client, key_prefix(uri))
 
