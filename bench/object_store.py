@@ -77,6 +77,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.latency_failover import leaders  # noqa: E402
 from bench.produce_fetch import machine_info, process_cpu_s, report_header, system_busy_cpu_s  # noqa: E402
 from bench.raw_http import RawConnection, RawResponse  # noqa: E402
 from tests.gateway_process import GatewayProcess, free_port, start_gateway  # noqa: E402
@@ -492,12 +493,6 @@ def end_offset(url: str, topic: str, partition: int = 0) -> int:
     )
     response.raise_for_status()
     return response.json()["end_offset"]
-
-
-def leaders(url: str, topic: str) -> dict[int, object]:
-    response = httpx.get(f"{url}/topics/{topic}/partitions", timeout=30)
-    response.raise_for_status()
-    return {p["partition"]: p["leader"] for p in response.json()}
 
 
 def percentile(values: list[float], q: float) -> float | None:

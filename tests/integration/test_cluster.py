@@ -45,7 +45,12 @@ def nodes_factory(tmp_path):
         return nodes
 
     yield factory
-    for node in started:
+    stop_nodes(started)
+
+
+def stop_nodes(nodes: list[GatewayProcess]) -> None:
+    """Stop every node, continuing any a test left SIGSTOPped first."""
+    for node in nodes:
         if node.process.poll() is None:
             os.kill(node.process.pid, signal.SIGCONT)
         node.stop()

@@ -23,6 +23,7 @@ from tests.integration.test_cluster import (
     create,
     leaders,
     produce,
+    stop_nodes,
     table_rows,
     wait_for,
 )
@@ -57,10 +58,7 @@ def s3_nodes(tmp_path, s3_server, s3_root):
         return nodes
 
     yield factory
-    for node in started:
-        if node.process.poll() is None:
-            os.kill(node.process.pid, signal.SIGCONT)
-        node.stop()
+    stop_nodes(started)
 
 
 def produce_acked(url: str, topic: str, values: list[bytes], partition: int | None = None):
