@@ -78,7 +78,7 @@ from storage_layout.log import (  # noqa: E402
     load_table,
     partition_log,
 )
-from storage_layout.log import tables as log_tables  # noqa: E402
+from storage_layout.log import reader as log_reader  # noqa: E402
 from storage_layout.records import NewRecord  # noqa: E402
 from storage_layout.store.local import LocalStore  # noqa: E402
 from storage_layout.topic_config import TopicConfig  # noqa: E402
@@ -191,17 +191,8 @@ def phase_timers() -> Iterator[PhaseTimers]:
         wrapped = timers.wrap(name, fn)
         setattr(owner, attribute, classmethod(wrapped) if classmethod_ else wrapped)
 
-    class TimedDeltaTable(DeltaTable):  # the tables module's `DeltaTable(uri)`: the log replay
-        def __init__(self, *args, **kwargs) -> None:
-            started = time.perf_counter()
-            try:
-                super().__init__(*args, **kwargs)
-            finally:
-                timers.add("DeltaTable load", time.perf_counter() - started)
-
-    originals.append((log_tables, "DeltaTable", log_tables.DeltaTable))
-    log_tables.DeltaTable = TimedDeltaTable
-    patch(partition_log, "load_snapshot", "file index (load_snapshot)")
+    patch(log_reader, "read_state", "log replay")
+    patch(partition_log, "snapshot_from_state", "file index (snapshot_from_state)")
     patch(DeltaPartitionLog, "open", "DeltaPartitionLog.open", classmethod_=True)
     patch(DeltaPartitionLog, "reload", "reload after commit")
     patch(DeltaPartitionLog, "commit_maintenance", "commit_maintenance")
@@ -717,16 +708,16 @@ RETENTION_PHASES = [
     "catalog open",
     "catalog read",
     "DeltaPartitionLog.open",
-    "DeltaTable load",
-    "file index (_load_snapshot)",
+    "log replay",
+    "file index (snapshot_from_state)",
     "plan",
     "commit_maintenance",
     "reload after commit",
 ]
 COMPACTION_PHASES = [
     "DeltaPartitionLog.open",
-    "DeltaTable load",
-    "file index (_load_snapshot)",
+    "log replay",
+    "file index (snapshot_from_state)",
     "plan",
     "read_files",
     "keep_mask",

@@ -25,6 +25,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from storage_layout.store import Store, StoreError
 
@@ -49,6 +50,7 @@ class Rearrangement:
 
     adds: tuple[dict[str, Any], ...]
     removed_paths: frozenset[str]
+    actions: tuple[dict[str, Any], ...] = ()  # the whole commit, as read
 
 
 def add_action(
@@ -145,6 +147,11 @@ def maintenance_commit(
     actions += [{"add": a} for a in adds]
     actions += [{"txn": {"appId": app_id, "version": v}} for app_id, v in transactions]
     return _ndjson(actions)
+
+
+def parse_commit(payload: bytes) -> list[dict[str, Any]]:
+    """The actions of a commit's newline-delimited JSON."""
+    return [json.loads(line) for line in payload.split(b"\n") if line.strip()]
 
 
 def _ndjson(actions: list[dict[str, Any]]) -> bytes:
@@ -283,13 +290,13 @@ def unreadable_commits(log: Store) -> list[str]:
         if suffix != "json" or not stem.isdigit() or int(stem) <= floor:
             continue
         payload = log.get(stored.name)
-        problem = None if payload is None else _commit_problem(payload)
+        problem = None if payload is None else commit_problem(payload)
         if problem:
             damaged.append(f"{int(stem)}: {problem}")
     return damaged
 
 
-def _commit_problem(payload: bytes) -> str | None:
+def commit_problem(payload: bytes) -> str | None:
     lines = [line for line in payload.split(b"\n") if line.strip()]
     if not lines:
         return "empty"
@@ -313,10 +320,10 @@ def as_rearrangement(actions: list[dict[str, Any]]) -> Rearrangement | None:
         if kind == "add" and body.get("dataChange") is False:
             adds.append(body)
         elif kind == "remove" and body.get("dataChange") is False:
-            removed.add(body["path"])
+            removed.add(unquote(body["path"]))
         else:
             return None
-    return Rearrangement(tuple(adds), frozenset(removed))
+    return Rearrangement(tuple(adds), frozenset(removed), tuple(actions))
 
 
 def leaves_files(actions: list[dict[str, Any]], paths: set[str], leader: int | None) -> bool:
@@ -337,7 +344,7 @@ def keeps_files(actions: list[dict[str, Any]], paths: set[str], app_ids: Sequenc
         ((kind, body),) = action.items()
         if kind in ("metaData", "protocol"):
             return False
-        if kind == "remove" and body["path"] in paths:
+        if kind == "remove" and unquote(body["path"]) in paths:
             return False
         if kind == "txn" and body.get("appId") in app_ids:
             return False

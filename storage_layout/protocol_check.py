@@ -8,6 +8,10 @@ refused on load, loudly, instead of failing later in the middle of a produce.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 from storage_layout.errors import UnsupportedTableFeatures
 
 ALLOWED_READER_FEATURES = frozenset({"timestampNtz"})
@@ -17,6 +21,28 @@ ALLOWED_WRITER_FEATURES = frozenset(
 # Legacy writer versions: 2 invariants/appendOnly, 3 check constraints, 4 CDF + generated
 # columns. 5 (column mapping) and 6 (identity) are refused; 7 lists its features explicitly.
 ALLOWED_LEGACY_WRITER_VERSIONS = frozenset({1, 2, 3, 4})
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolVersions:
+    """A table's protocol action, with delta-rs's attribute names (check_protocol takes
+    either)."""
+
+    min_reader_version: int
+    min_writer_version: int
+    reader_features: tuple[str, ...] | None = None
+    writer_features: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, action: Mapping[str, Any]) -> ProtocolVersions:
+        """From a Delta `protocol` action as the log stores it."""
+        readers, writers = action.get("readerFeatures"), action.get("writerFeatures")
+        return cls(
+            int(action.get("minReaderVersion", 1)),
+            int(action.get("minWriterVersion", 2)),
+            None if readers is None else tuple(readers),
+            None if writers is None else tuple(writers),
+        )
 
 
 def check_protocol(protocol, table_uri: str) -> None:

@@ -24,7 +24,7 @@ from api.broker.errors import NotLeader
 from api.broker.writer import CommitLimits, PartitionWriter
 from storage_layout import paths
 from storage_layout.errors import LeadershipConflict, StorageError
-from storage_layout.log import DeltaPartitionLog, Leadership, load_table, read_leader
+from storage_layout.log import DeltaPartitionLog, Leadership, TableReader
 from storage_layout.topic_config import TopicConfig
 
 log = logging.getLogger("lakelog.leaders")
@@ -70,7 +70,7 @@ class Leaders:
         self._writers: dict[PartitionKey, PartitionWriter] = {}
         self._locks: dict[PartitionKey, asyncio.Lock] = {}
         self._hints: dict[PartitionKey, tuple[int, float]] = {}  # leader id, when learned
-        self._tables: dict[PartitionKey, object] = {}  # light DeltaTables for leader reads
+        self._tables: dict[PartitionKey, TableReader] = {}  # table states for leader reads
         # The leader each partition's table named when this node last read it (None: never
         # led), while the live nodes stay `_members`. Maintenance reads a table again only
         # when that leader is dead or the membership changed, so with a stable membership
@@ -208,17 +208,18 @@ class Leaders:
         return leader
 
     async def _read_leader_from_table(self, key: PartitionKey) -> Leadership | None:
-        table = self._tables.get(key)
-        if table is not None:
+        reader = self._tables.get(key)
+        if reader is not None:
             try:
-                return await self._blocking(read_leader, table)
+                await self._blocking(reader.refresh)
+                return reader.leader()
             except StorageError:
-                # The cached table can outlive its files: the topic was deleted and created
+                # The cached state can outlive its table: the topic was deleted and created
                 # again (a maintenance round may have cached it while the delete ran).
                 self._tables.pop(key, None)
         uri = paths.partition_table_uri(self._root, *key)
-        table = self._tables[key] = await self._blocking(load_table, uri)
-        return await self._blocking(read_leader, table)
+        reader = self._tables[key] = await self._blocking(TableReader.read, uri)
+        return reader.leader()
 
     # ---- keeping leadership where it belongs -----------------------------------------------
 

@@ -6,6 +6,8 @@
 - `housekeeping`: small-file merges, checkpoints, log trimming;
 - `snapshot`: the file index and how commits change it;
 - `files`, `arrow_records`: data files and the Arrow records in them;
+- `replay`, `reader`: a table's state read from its log (checkpoint + commits), kept up to date;
+- `checkpoint`: checkpoints written from that state, without reading the log;
 - `tables`: what delta-rs does for us (create, load, checkpoint, vacuum).
 
 Every commit goes through `storage_layout.log_commit` and the root's `Store` (put-if-absent).
@@ -18,12 +20,12 @@ from storage_layout.log.housekeeping import (
     SMALL_FILE_BYTES,
 )
 from storage_layout.log.partition_log import DeltaPartitionLog
+from storage_layout.log.reader import TableReader
 from storage_layout.log.snapshot import DataFile, Leadership, LogSnapshot, TailChunk
 from storage_layout.log.tables import (
     TABLE_CONFIGURATION,
     checkpoint_table,
     load_table,
-    read_leader,
     vacuum_table,
 )
 
@@ -39,7 +41,7 @@ __all__ = [
     "LogSnapshot",
     "TailChunk",
     "checkpoint_table",
+    "TableReader",
     "load_table",
-    "read_leader",
     "vacuum_table",
 ]

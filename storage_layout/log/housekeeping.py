@@ -13,15 +13,15 @@ import time
 from collections.abc import Callable
 
 import pyarrow as pa
-from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from storage_layout import log_commit
 from storage_layout.errors import StorageError
+from storage_layout.log.checkpoint import write_checkpoint
 from storage_layout.log.files import read_whole_file, write_data_file
 from storage_layout.log.snapshot import DataFile, Leadership, LogSnapshot
 from storage_layout.log.tables import TABLE_CONFIGURATION
-from storage_layout.store import Store, delta_storage_options
+from storage_layout.store import Store
 
 CHECKPOINT_INTERVAL = int(TABLE_CONFIGURATION["delta.checkpointInterval"])
 # Log files older than the previous checkpoint are kept this long for readers that pinned a
@@ -58,8 +58,8 @@ class Housekeeper:
         """
         if snapshot.table_version - self._checkpointed_version >= CHECKPOINT_INTERVAL:
             try:
-                self._checkpoint_and_trim()
-            except (OSError, DeltaError, StorageError):
+                self._checkpoint_and_trim(snapshot)
+            except (OSError, StorageError):
                 pass  # retried on the next pass; the merge does not depend on it
         try:
             return self.merge_small_files(snapshot, held, head)
@@ -118,15 +118,14 @@ class Housekeeper:
                 tables.append(read_whole_file(self._store, data_file))
         return tables
 
-    def _checkpoint_and_trim(self) -> None:
-        # A fresh load each time (once per CHECKPOINT_INTERVAL commits, from the previous
-        # checkpoint): a DeltaTable kept across trims can refer to log entries gone since.
-        table = DeltaTable(self._table_uri, storage_options=delta_storage_options())
-        version = table.version()
-        if version - self._checkpointed_version < CHECKPOINT_INTERVAL:
+    def _checkpoint_and_trim(self, snapshot: LogSnapshot) -> None:
+        """Checkpoint the writer's snapshot from memory (no read of the log: on an object
+        store, delta-rs's checkpoint read every commit since the previous one four times),
+        then trim the log below the previous checkpoint."""
+        if snapshot.state is None:
             return
-        table.create_checkpoint()
-        previous, self._checkpointed_version = self._checkpointed_version, version
+        write_checkpoint(self._log, snapshot.state)
+        previous, self._checkpointed_version = self._checkpointed_version, snapshot.table_version
         if previous > 0:
             self._delete_log_entries_before(previous)
 

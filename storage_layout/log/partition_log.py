@@ -18,17 +18,15 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 import pyarrow as pa
-from deltalake import DeltaTable
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import DeltaError
 
-from storage_layout import log_commit, paths
+from storage_layout import log_commit
 from storage_layout.errors import (
     AppendConflict,
-    CorruptPartition,
     LeadershipConflict,
     StorageUnavailable,
 )
-from storage_layout.log import housekeeping, producer_scan, reads
+from storage_layout.log import housekeeping, producer_scan, reads, replay
 from storage_layout.log.arrow_records import ProducerColumns, records_to_arrow
 from storage_layout.log.files import (
     WrittenFile,
@@ -37,6 +35,7 @@ from storage_layout.log.files import (
     write_data_file,
 )
 from storage_layout.log.housekeeping import Housekeeper
+from storage_layout.log.reader import TableReader, latest_state
 from storage_layout.log.snapshot import (
     DataFile,
     Leadership,
@@ -45,12 +44,11 @@ from storage_layout.log.snapshot import (
     VersionTaken,
     VisibleAfterReload,
     after_maintenance,
-    load_snapshot,
     rearranged,
+    snapshot_from_state,
 )
-from storage_layout.log.tables import check_commit_files, create_table, load_table_explained
+from storage_layout.log.tables import create_table
 from storage_layout.producer_state import ProducerStates
-from storage_layout.protocol_check import check_protocol
 from storage_layout.records import (
     AppendResult,
     AppTransaction,
@@ -86,31 +84,27 @@ class DeltaPartitionLog:
     def __init__(
         self,
         table_uri: str,
-        dt: DeltaTable,
+        state: replay.TableState,
         *,
         tail_records_max: int = 20_000,
         fenced: bool = True,
+        loaded_at: float | None = None,
     ) -> None:
         self.table_uri = table_uri
         # False only in the control runs of the fault tests: appends carry no txn and take
         # the next free version whatever it holds, as a writer without the fence would.
         self._fenced = fenced
-        self._dt = dt  # refreshed only by `reload`: appends advance the snapshot themselves
-        # Read now, while the log entries it comes from exist: `_dt` reads txns lazily, and
-        # housekeeping may trim those entries while this writer appends for hours.
-        self._loaded_leader = dt.transaction_version(LEADER_APP_ID)
         self._store = open_store(table_uri)
         self._log = self._store.child(log_commit.LOG_DIR)
         self._tail_records_max = tail_records_max
-        self._snapshot = load_snapshot(dt, fenced)
+        # Every commit this writer makes or follows advances the snapshot and its TableState
+        # (the Delta actions a checkpoint holds): the table is read again only by `reload`.
+        self._snapshot = snapshot_from_state(state, table_uri, fenced)
         self._held: Leadership | None = None  # leadership this writer asserts in every append
         self._housekeeper = Housekeeper(table_uri, self._store, self._log)
-        # App txns of this writer's own commits since `_dt` was loaded (`_dt` lags behind
-        # them; any other writer's commit makes this writer reload first).
-        self._own_app_versions: dict[str, int] = {}
         # When this writer last knew its snapshot's version to be the latest (monotonic s):
         # a commit made soon after cannot sit below a checkpoint (see _check_not_shadowed).
-        self._latest_known_at = time.monotonic()
+        self._latest_known_at = time.monotonic() if loaded_at is None else loaded_at
         self._reloads = 0  # how many times the snapshot was rebuilt from the table
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -127,37 +121,31 @@ class DeltaPartitionLog:
         *,
         tail_records_max: int = 20_000,
         fenced: bool = True,
-        loaded: DeltaTable | None = None,
+        loaded: TableReader | None = None,
     ) -> DeltaPartitionLog:
-        """Load the table (or take `loaded`, a DeltaTable of it the caller just brought up to
-        date and hands over), check its protocol against the allow-list, build the file index.
+        """Read the table (or take `loaded`, a reader of it the caller just brought up to
+        date), check its protocol against the allow-list, build the file index.
 
         Raises:
-            CorruptPartition: no table there, or (local roots) a damaged commit file or
-                checkpoint.
+            CorruptPartition: no table there, a damaged commit file or checkpoint.
             StorageUnavailable: the table could not be read (retriable).
         """
-        if paths.is_local(table_uri) and fenced:
-            # Local disks only: it reads every commit since the checkpoint, one request each
-            # on an object store, where a torn commit cannot happen (whole-object PUTs).
-            check_commit_files(table_uri)
-        try:
-            dt = loaded if loaded is not None else load_table_explained(table_uri)
-        except TableNotFoundError as error:
-            raise CorruptPartition(f"No Delta table at {table_uri}: {error}") from error
-        check_protocol(dt.protocol(), table_uri)
-        return cls(table_uri, dt, tail_records_max=tail_records_max, fenced=fenced)
+        reader = loaded if loaded is not None else TableReader.read(table_uri)
+        return cls(
+            table_uri,
+            reader.state,
+            tail_records_max=tail_records_max,
+            fenced=fenced,
+            loaded_at=reader.latest_known_at,
+        )
 
     def reload(self) -> LogSnapshot:
-        """Catch up with commits made by others (other nodes, maintenance jobs). Loads from
-        the latest checkpoint: own appends leave `_dt` behind by any number of versions, whose
-        commit files housekeeping may have trimmed."""
+        """Catch up with commits made by others (other nodes, maintenance jobs): the commits
+        after the snapshot, or (when some may have been trimmed since it was known to be the
+        latest) the newest checkpoint and the commits after it. The tail is dropped."""
         started = time.monotonic()
-        self._dt = load_table_explained(self.table_uri)
-        check_protocol(self._dt.protocol(), self.table_uri)
-        self._snapshot = load_snapshot(self._dt, self._fenced)
-        self._loaded_leader = self._dt.transaction_version(LEADER_APP_ID)
-        self._own_app_versions = {}
+        state = latest_state(self.table_uri, self._log, self._snapshot.state, self._latest_known_at)
+        self._snapshot = snapshot_from_state(state, self.table_uri, self._fenced)
         self._latest_known_at = started
         self._reloads += 1
         return self._snapshot
@@ -179,8 +167,7 @@ class DeltaPartitionLog:
     def leader(self) -> Leadership | None:
         """The leader named by the loaded snapshot (call `reload` first for the latest).
         Reads no storage, so housekeeping may ask from its thread."""
-        own = self._own_app_versions.get(LEADER_APP_ID)
-        return Leadership.from_version(own if own is not None else self._loaded_leader)
+        return Leadership.from_version(self._snapshot.transactions.get(LEADER_APP_ID))
 
     @property
     def held_leadership(self) -> Leadership | None:
@@ -232,8 +219,7 @@ class DeltaPartitionLog:
             if self.leader() != new:
                 raise LeadershipConflict(f"{self.table_uri}: the leader commit was shadowed.")
             return True
-        self._snapshot = dataclasses.replace(self._snapshot, table_version=version)
-        self._own_app_versions[LEADER_APP_ID] = new.version
+        self._snapshot = _committed(self._snapshot, version, payload)
         return True
 
     # ---- reads -----------------------------------------------------------------------------
@@ -279,16 +265,7 @@ class DeltaPartitionLog:
 
     def app_version(self, app_id: str) -> int | None:
         """The version of txn `app_id` in the loaded snapshot (None: never committed)."""
-        own = self._own_app_versions.get(app_id)
-        if own is not None:
-            return own
-        try:
-            return self._dt.transaction_version(app_id)
-        except DeltaError:
-            # `_dt` predates log entries housekeeping trimmed since (own appends do not
-            # refresh it): read the txn from the table as it is now.
-            self.reload()
-            return self._dt.transaction_version(app_id)
+        return self._snapshot.transactions.get(app_id)
 
     # ---- append ----------------------------------------------------------------------------
 
@@ -383,18 +360,17 @@ class DeltaPartitionLog:
         table = records_to_arrow(records, base_offset, now_ms, config.log_append_time, producers)
         written = write_data_file(self._store, table, segment, now_ms)
         try:
-            self._commit_append(written, last_offset, now_ms, transaction)
-            self._advance(self._snapshot, written.data_file, table)
-            if transaction is not None:
-                self._own_app_versions[transaction.app_id] = transaction.version
+            payload = self._commit_append(written, last_offset, now_ms, transaction)
+            self._advance(self._snapshot, written.data_file, table, payload)
         except VisibleAfterReload:
             pass  # the reloaded snapshot holds the commit (without it in the tail)
         return AppendResult(base_offset, last_offset, now_ms, self._snapshot.table_version, segment)
 
     def _commit_append(
         self, written: WrittenFile, last_offset: int, now_ms: int, transaction
-    ) -> None:
-        """Create the next commit file; step over housekeeping's rearrangements.
+    ) -> bytes:
+        """Create the next commit file (its payload is returned); step over housekeeping's
+        rearrangements.
 
         Raises:
             VersionTaken: another commit changed records, txns or metadata first.
@@ -413,7 +389,7 @@ class DeltaPartitionLog:
             if self._put_commit(version, payload):
                 self._check_not_shadowed(version, written.data_file.path)
                 self._latest_known_at = started
-                return
+                return payload
             if not self._fenced:
                 self._blind_rebase(version)
                 continue
@@ -477,14 +453,15 @@ class DeltaPartitionLog:
         except (OSError, ValueError, KeyError, TypeError):
             return True
 
-    def _advance(self, before: LogSnapshot, data_file: DataFile, table: pa.Table) -> None:
+    def _advance(
+        self, before: LogSnapshot, data_file: DataFile, table: pa.Table, payload: bytes
+    ) -> None:
         """The snapshot after our own commit: one more version, file and tail chunk."""
         if not self._fenced:
             self.reload()  # control runs: other writers' files may have come in between
             return
         self._snapshot = dataclasses.replace(
-            before,
-            table_version=before.table_version + 1,
+            _committed(before, before.table_version + 1, payload),
             high_watermark=data_file.max_offset + 1,
             files=(*before.files, data_file),
             tail=self._next_tail(before.tail, data_file.min_offset, table),
@@ -600,9 +577,8 @@ class DeltaPartitionLog:
             # Nothing came in between: the new snapshot is known without reading the table
             # (a reload costs as much as the whole job on a partition with a long history).
             added = [item.data_file for item in written]
-            self._snapshot = after_maintenance(before, removes, added, transactions)
-            for txn in transactions:
-                self._own_app_versions[txn.app_id] = txn.version
+            actions = log_commit.parse_commit(payload)
+            self._snapshot = after_maintenance(before, removes, added, transactions, actions)
         elif self._snapshot is before:
             self.reload()
         return committed
@@ -628,6 +604,14 @@ class DeltaPartitionLog:
         return all(f.path not in live for f in removes) and all(
             item.data_file.path in live for item in written
         )
+
+
+def _committed(snapshot: LogSnapshot, version: int, payload: bytes) -> LogSnapshot:
+    """`snapshot` at `version`, after our own commit `payload` on top of it."""
+    state = snapshot.state
+    if state is not None:
+        state = state.applied(version, log_commit.parse_commit(payload))
+    return dataclasses.replace(snapshot, table_version=version, state=state)
 
 
 def _maintenance_payload(

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
-from deltalake import DeltaTable
 
 from storage_layout import log_commit
 from storage_layout.errors import CorruptPartition
+from storage_layout.log.replay import TableState, file_path
 from storage_layout.records import AppTransaction
 from storage_layout.schema import LOG_APP_ID, LOG_START_APP_ID, NODE_IDS, PARTITION_COLUMN
 
@@ -74,6 +74,13 @@ class LogSnapshot:
     tail: tuple[TailChunk, ...] = ()
     # The `log_start` txn (set by retention), or None: then the first stored offset.
     start_offset: int | None = None
+    # The Delta actions of the table at `table_version` (a checkpoint's content), kept in step
+    # with every commit the writer makes or follows.
+    state: TableState | None = None
+
+    @property
+    def transactions(self) -> Mapping[str, int]:
+        return {} if self.state is None else self.state.transactions
 
     @property
     def log_start_offset(self) -> int:
@@ -103,73 +110,28 @@ class VisibleAfterReload(Exception):
     reloaded with it)."""
 
 
-def load_snapshot(dt: DeltaTable, fenced: bool = True) -> LogSnapshot:
+def snapshot_from_state(state: TableState, table_uri: str, fenced: bool = True) -> LogSnapshot:
     """Build the file index from the table's add actions and check the offset invariants."""
-    last_offset = dt.transaction_version(LOG_APP_ID)
+    last_offset = state.transactions.get(LOG_APP_ID)
     high_watermark = 0 if last_offset is None else last_offset + 1
-    files = sorted(_data_files(dt), key=lambda f: f.min_offset)
+    files = sorted(
+        (data_file_from_add(add) for add in state.adds.values()), key=lambda f: f.min_offset
+    )
     if not fenced:  # control runs only: no txn to trust, and overlaps are what they show
         end = max((f.max_offset + 1 for f in files), default=0)
-        return LogSnapshot(dt.version(), end, tuple(files))
+        return LogSnapshot(state.version, end, tuple(files), state=state)
     for previous, current in zip(files, files[1:], strict=False):
         if current.min_offset <= previous.max_offset:
             raise CorruptPartition(
-                f"{dt.table_uri}: files {previous.path} and {current.path} overlap in offsets."
+                f"{table_uri}: files {previous.path} and {current.path} overlap in offsets."
             )
     if files and files[-1].max_offset >= high_watermark:
         raise CorruptPartition(
-            f"{dt.table_uri}: stores offset {files[-1].max_offset} but its offset txn says the "
+            f"{table_uri}: stores offset {files[-1].max_offset} but its offset txn says the "
             f"high watermark is {high_watermark}."
         )
-    start = dt.transaction_version(LOG_START_APP_ID)
-    return LogSnapshot(dt.version(), high_watermark, tuple(files), start_offset=start)
-
-
-def _data_files(dt: DeltaTable) -> list[DataFile]:
-    actions = pa.table(dt.get_add_actions(flatten=True))
-    if actions.num_rows == 0:
-        return []
-    # Only the columns used: converting all ~26 add-action columns to Python was most of the
-    # cost of building the index of a table with thousands of files.
-    used = [
-        "path",
-        f"partition.{PARTITION_COLUMN}",
-        "min.offset",
-        "max.offset",
-        "num_records",
-        "size_bytes",
-        "modification_time",
-        "null_count.producer_id",
-    ]
-    columns = actions.select([name for name in used if name in actions.column_names]).to_pydict()
-    modification = [_epoch_ms(value) for value in columns["modification_time"]]
-    id_nulls = columns.get("null_count.producer_id", [None] * actions.num_rows)
-    max_timestamps_ms = _max_timestamps_ms(actions)
-    return [
-        DataFile(
-            path=columns["path"][i],
-            segment=int(columns[f"partition.{PARTITION_COLUMN}"][i]),
-            min_offset=columns["min.offset"][i],
-            max_offset=columns["max.offset"][i],
-            num_records=columns["num_records"][i],
-            size_bytes=columns["size_bytes"][i],
-            modification_time_ms=modification[i],
-            has_producer_ids=None
-            if id_nulls[i] is None
-            else id_nulls[i] < columns["num_records"][i],
-            max_timestamp_ms=max_timestamps_ms[i],
-        )
-        for i in range(actions.num_rows)
-    ]
-
-
-def _max_timestamps_ms(actions: pa.Table) -> list[int | None]:
-    """Each file's `maxValues.timestamp` in ms. Exact integers, not `datetime.timestamp()`
-    floats, whose rounding could shave a millisecond and make a reader skip a file it needs."""
-    if "max.timestamp" not in actions.column_names:
-        return [None] * actions.num_rows
-    micros = actions.column("max.timestamp").cast(pa.int64()).to_pylist()
-    return [None if value is None else -(-value // 1000) for value in micros]
+    start = state.transactions.get(LOG_START_APP_ID)
+    return LogSnapshot(state.version, high_watermark, tuple(files), start_offset=start, state=state)
 
 
 def rearranged(snapshot: LogSnapshot, version: int, change: log_commit.Rearrangement):
@@ -202,7 +164,12 @@ def rearranged(snapshot: LogSnapshot, version: int, change: log_commit.Rearrange
     for previous, current in zip(files, files[1:], strict=False):
         if current.min_offset <= previous.max_offset:
             raise VersionTaken(version)
-    return dataclasses.replace(snapshot, table_version=version, files=tuple(files))
+    return dataclasses.replace(
+        snapshot,
+        table_version=version,
+        files=tuple(files),
+        state=_applied(snapshot.state, version, change.actions),
+    )
 
 
 def after_maintenance(
@@ -210,8 +177,9 @@ def after_maintenance(
     removes: Sequence[DataFile],
     added: Sequence[DataFile],
     transactions: Sequence[AppTransaction],
+    actions: Sequence[dict],
 ) -> LogSnapshot:
-    """The snapshot after a maintenance commit made right on top of `before`."""
+    """The snapshot after a maintenance commit (`actions`) made right on top of `before`."""
     removed = {f.path for f in removes}
     files = [f for f in before.files if f.path not in removed]
     files += added
@@ -225,7 +193,12 @@ def after_maintenance(
         files=tuple(sorted(files, key=lambda f: f.min_offset)),
         tail=tuple(chunk for chunk in before.tail if chunk.base_offset not in removed_bases),
         start_offset=start,
+        state=_applied(before.state, before.table_version + 1, actions),
     )
+
+
+def _applied(state: TableState | None, version: int, actions: Sequence[dict]):
+    return None if state is None else state.applied(version, actions)
 
 
 def data_file_from_add(add: dict) -> DataFile:
@@ -233,7 +206,7 @@ def data_file_from_add(add: dict) -> DataFile:
     id_nulls = stats.get("nullCount", {}).get("producer_id")
     max_timestamp = stats.get("maxValues", {}).get("timestamp")
     return DataFile(
-        path=add["path"],
+        path=file_path(add),
         segment=int(add["partitionValues"][PARTITION_COLUMN]),
         min_offset=stats["minValues"]["offset"],
         max_offset=stats["maxValues"]["offset"],
@@ -255,9 +228,3 @@ def _iso_to_ms_ceiled(text: str) -> int:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _epoch_ms(value) -> int:
-    if isinstance(value, int):
-        return value
-    return int(value.timestamp() * 1000)

@@ -8,8 +8,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from storage_layout import log_commit, paths
 from storage_layout.errors import CorruptPartition, StorageUnavailable
-from storage_layout.log.snapshot import Leadership
-from storage_layout.schema import LEADER_APP_ID, PARTITION_COLUMN, PARTITION_SCHEMA
+from storage_layout.schema import PARTITION_COLUMN, PARTITION_SCHEMA
 from storage_layout.store import Store, delta_storage_options, open_store
 
 # Table properties set at creation. Log retention keeps `_delta_log` small under constant load;
@@ -112,15 +111,6 @@ def check_commit_files(table_uri: str) -> None:
             f"{table_uri}: damaged commit files ({'; '.join(damaged)}); the partition is not "
             f"served rather than served without them. Restore them from a backup."
         )
-
-
-def read_leader(dt: DeltaTable) -> Leadership | None:
-    """The leader named by the latest version of a partition table (refreshes `dt`)."""
-    try:
-        dt.update_incremental()
-        return Leadership.from_version(dt.transaction_version(LEADER_APP_ID))
-    except (OSError, DeltaError) as error:
-        raise StorageUnavailable(f"Cannot refresh {dt.table_uri}: {error}") from error
 
 
 def load_table(table_uri: str) -> DeltaTable:

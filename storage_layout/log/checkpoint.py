@@ -1,0 +1,187 @@
+"""Writing a Delta checkpoint from a `TableState` held in memory: no read of the log.
+
+A checkpoint is the table's state at one version as one Parquet file of actions (Delta
+protocol, "Checkpoints"): the protocol, the metadata, every txn, every live add and the
+tombstones not yet expired. delta-rs's `create_checkpoint` rebuilds that state from the log
+first (four reads of every commit since the previous checkpoint; on an object store a burst of
+requests that stalled appends for up to 1.5 s in BENCHMARKS.md); the partition writer already
+knows it, since it made or followed every commit.
+
+The columns and types are the ones delta-rs writes (and Spark reads): `_CHECKPOINT_SCHEMA`.
+The file is written whole (the store's `put`: a rename locally, one PUT on object stores), then
+`_last_checkpoint` names it, so no reader ever sees a partial checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage_layout import log_commit
+from storage_layout.log.replay import TableState
+from storage_layout.store import Store
+
+# Delta's default `delta.deletedFileRetentionDuration`: tombstones younger than this stay in
+# checkpoints, for readers of older versions and for vacuum's lite mode (which deletes only
+# files it finds as tombstones).
+TOMBSTONE_RETENTION_MS = 7 * 24 * 3600 * 1000
+
+_STRING_MAP = pa.map_(pa.string(), pa.string())
+_DELETION_VECTOR = pa.struct(
+    [
+        pa.field("storageType", pa.string(), nullable=False),
+        pa.field("pathOrInlineDv", pa.string(), nullable=False),
+        pa.field("offset", pa.int32()),
+        pa.field("sizeInBytes", pa.int32(), nullable=False),
+        pa.field("cardinality", pa.int64(), nullable=False),
+    ]
+)
+_ADD = pa.struct(
+    [
+        pa.field("path", pa.string(), nullable=False),
+        pa.field("partitionValues", _STRING_MAP, nullable=False),
+        pa.field("size", pa.int64(), nullable=False),
+        pa.field("modificationTime", pa.int64(), nullable=False),
+        pa.field("dataChange", pa.bool_(), nullable=False),
+        pa.field("stats", pa.string()),
+        pa.field("tags", _STRING_MAP),
+        pa.field("deletionVector", _DELETION_VECTOR),
+        pa.field("baseRowId", pa.int64()),
+        pa.field("defaultRowCommitVersion", pa.int64()),
+        pa.field("clusteringProvider", pa.string()),
+    ]
+)
+_REMOVE = pa.struct(
+    [
+        pa.field("path", pa.string(), nullable=False),
+        pa.field("deletionTimestamp", pa.int64()),
+        pa.field("dataChange", pa.bool_(), nullable=False),
+        pa.field("extendedFileMetadata", pa.bool_()),
+        pa.field("partitionValues", _STRING_MAP),
+        pa.field("size", pa.int64()),
+        pa.field("stats", pa.string()),
+        pa.field("tags", _STRING_MAP),
+        pa.field("deletionVector", _DELETION_VECTOR),
+        pa.field("baseRowId", pa.int64()),
+        pa.field("defaultRowCommitVersion", pa.int64()),
+    ]
+)
+_METADATA = pa.struct(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("name", pa.string()),
+        pa.field("description", pa.string()),
+        pa.field(
+            "format",
+            pa.struct(
+                [
+                    pa.field("provider", pa.string(), nullable=False),
+                    pa.field("options", _STRING_MAP, nullable=False),
+                ]
+            ),
+            nullable=False,
+        ),
+        pa.field("schemaString", pa.string(), nullable=False),
+        pa.field("partitionColumns", pa.list_(pa.string()), nullable=False),
+        pa.field("createdTime", pa.int64()),
+        pa.field("configuration", _STRING_MAP, nullable=False),
+    ]
+)
+_PROTOCOL = pa.struct(
+    [
+        pa.field("minReaderVersion", pa.int32(), nullable=False),
+        pa.field("minWriterVersion", pa.int32(), nullable=False),
+        pa.field("readerFeatures", pa.list_(pa.string())),
+        pa.field("writerFeatures", pa.list_(pa.string())),
+    ]
+)
+_TXN = pa.struct(
+    [
+        pa.field("appId", pa.string(), nullable=False),
+        pa.field("version", pa.int64(), nullable=False),
+        pa.field("lastUpdated", pa.int64()),
+    ]
+)
+_CHECKPOINT_SCHEMA = pa.schema(
+    [
+        pa.field("add", _ADD),
+        pa.field("remove", _REMOVE),
+        pa.field("metaData", _METADATA),
+        pa.field("protocol", _PROTOCOL),
+        pa.field("txn", _TXN),
+    ]
+)
+
+
+def checkpoint_name(version: int) -> str:
+    return f"{version:020d}.checkpoint.parquet"
+
+
+def write_checkpoint(log: Store, state: TableState, now_ms: int | None = None) -> None:
+    """Write the checkpoint of `state` (at `state.version`) and point `_last_checkpoint` at it."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    state = state.without_tombstones_before(now_ms - TOMBSTONE_RETENTION_MS)
+    table = checkpoint_table(state)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="snappy")
+    data = sink.getvalue().to_pybytes()
+    log.put(checkpoint_name(state.version), data)
+    pointer = {
+        "version": state.version,
+        "size": table.num_rows,
+        "sizeInBytes": len(data),
+        "numOfAddFiles": len(state.adds),
+    }
+    log.put(log_commit.LAST_CHECKPOINT, json.dumps(pointer).encode())
+
+
+def checkpoint_table(state: TableState) -> pa.Table:
+    """The checkpoint's rows: one action per row, the other columns null."""
+    rows: list[tuple[str, dict[str, Any]]] = [
+        ("protocol", _protocol_row(state.protocol)),
+        ("metaData", _metadata_row(state.metadata)),
+    ]
+    rows += [
+        ("txn", {"appId": app_id, "version": version})
+        for app_id, version in state.transactions.items()
+    ]
+    rows += [("add", _file_row(body, _ADD)) for body in state.adds.values()]
+    rows += [("remove", _file_row(body, _REMOVE)) for body in state.tombstones.values()]
+    columns = {name: [None] * len(rows) for name in _CHECKPOINT_SCHEMA.names}
+    for index, (kind, body) in enumerate(rows):
+        columns[kind][index] = body
+    return pa.table(
+        [pa.array(columns[f.name], type=f.type) for f in _CHECKPOINT_SCHEMA],
+        schema=_CHECKPOINT_SCHEMA,
+    )
+
+
+def _file_row(body: Mapping[str, Any], kind: pa.StructType) -> dict[str, Any]:
+    row = {f.name: body.get(f.name) for f in kind}
+    for name in ("partitionValues", "tags"):
+        if row.get(name) is not None:
+            row[name] = list(row[name].items())
+    if kind is _ADD and row["partitionValues"] is None:
+        row["partitionValues"] = []
+    return row
+
+
+def _metadata_row(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    row = {f.name: metadata.get(f.name) for f in _METADATA}
+    file_format = metadata.get("format") or {"provider": "parquet"}
+    row["format"] = {
+        "provider": file_format.get("provider", "parquet"),
+        "options": list((file_format.get("options") or {}).items()),
+    }
+    row["partitionColumns"] = list(metadata.get("partitionColumns") or [])
+    row["configuration"] = list((metadata.get("configuration") or {}).items())
+    return row
+
+
+def _protocol_row(protocol: Mapping[str, Any]) -> dict[str, Any]:
+    return {f.name: protocol.get(f.name) for f in _PROTOCOL}

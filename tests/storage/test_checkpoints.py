@@ -1,0 +1,162 @@
+"""Checkpoints written from the writer's in-memory state (storage_layout/log/checkpoint.py) and
+tables read by lakelog's own log replay (storage_layout/log/replay.py): both must agree with
+what delta-rs makes of the same log, action for action."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from storage_layout import log_commit
+from storage_layout.errors import CorruptPartition
+from storage_layout.log import COMPACT_FILES_MIN, DeltaPartitionLog
+from storage_layout.log.checkpoint import checkpoint_name, write_checkpoint
+from storage_layout.log.reader import TableReader
+from storage_layout.log.replay import read_state
+from storage_layout.records import AppTransaction, NewRecord
+from storage_layout.schema import LOG_START_APP_ID
+from storage_layout.store import open_store
+from storage_layout.topic_config import TopicConfig
+
+CONFIG = TopicConfig()
+APP_IDS = ("log", "leader", LOG_START_APP_ID, "spark-sink")
+
+
+@pytest.fixture
+def busy_table(tmp_path) -> tuple[str, DeltaPartitionLog]:
+    """A table that saw every kind of commit: appends, a leadership change, a small-file
+    merge, a user txn and a retention delete that advanced the log start."""
+    uri = str(tmp_path / "topic" / "0")
+    DeltaPartitionLog.create(uri)
+    log = DeltaPartitionLog.open(uri)
+    log.commit_leadership(3, expected=None, hold=True)
+    for index in range(COMPACT_FILES_MIN + 5):
+        log.append([NewRecord(b"k%d" % index, b"v%d" % index)], config=CONFIG)
+    assert log.maybe_compact_files() >= COMPACT_FILES_MIN
+    log.append_once(
+        [NewRecord(b"s", b"sink")], config=CONFIG, transaction=AppTransaction("spark-sink", 7)
+    )
+    first = log.snapshot.files[0]
+    assert log.commit_maintenance(
+        removes=[first],
+        operation="DELETE",
+        data_change=True,
+        transactions=[AppTransaction(LOG_START_APP_ID, first.max_offset + 1)],
+    )
+    return uri, log
+
+
+def _delta_rs_view(uri: str) -> tuple[int, set[str], dict[str, int | None]]:
+    table = DeltaTable(uri)
+    files = {os.path.relpath(f, uri) for f in table.file_uris()}
+    return table.version(), files, {app: table.transaction_version(app) for app in APP_IDS}
+
+
+def _without_checkpoints(uri: str, copy: str) -> str:
+    shutil.copytree(uri, copy)
+    for name in os.listdir(os.path.join(copy, "_delta_log")):
+        if "checkpoint" in name:
+            os.remove(os.path.join(copy, "_delta_log", name))
+    return copy
+
+
+def test_a_checkpoint_from_memory_reads_as_the_log_it_replaces(busy_table, tmp_path):
+    """delta-rs and lakelog's replay see the same version, files and txns through the
+    in-memory checkpoint as through the JSON commits alone."""
+    uri, log = busy_table
+    logs = open_store(uri).child(log_commit.LOG_DIR)
+    write_checkpoint(logs, log.snapshot.state)
+    assert os.path.exists(
+        os.path.join(uri, "_delta_log", checkpoint_name(log.snapshot.table_version))
+    )
+    json_only = _without_checkpoints(uri, str(tmp_path / "json-only"))
+
+    assert _delta_rs_view(uri) == _delta_rs_view(json_only)
+    version, files, txns = _delta_rs_view(uri)
+    assert version == log.snapshot.table_version
+    assert files == {f.path for f in log.snapshot.files}
+    assert txns["leader"] is not None and txns["spark-sink"] == 7
+
+    from_checkpoint = read_state(logs, uri)
+    from_commits = read_state(open_store(json_only).child(log_commit.LOG_DIR), json_only)
+    assert from_checkpoint.adds == from_commits.adds == log.snapshot.state.adds
+    assert from_checkpoint.transactions == from_commits.transactions
+    assert set(from_checkpoint.tombstones) == set(from_commits.tombstones)
+    assert from_checkpoint.tombstones  # the merge's and the delete's removes are kept
+
+
+def test_the_writers_state_follows_every_commit(busy_table):
+    """The state the writer advanced itself equals a fresh replay of the table."""
+    uri, log = busy_table
+    fresh = read_state(open_store(uri).child(log_commit.LOG_DIR), uri)
+    state = log.snapshot.state
+    assert (state.version, state.transactions, state.adds) == (
+        fresh.version,
+        fresh.transactions,
+        fresh.adds,
+    )
+    assert set(state.tombstones) == set(fresh.tombstones)
+
+
+def test_housekeeping_checkpoints_without_reading_the_log(busy_table, monkeypatch):
+    """The housekeeper's checkpoint needs no table load: with every log read failing, it is
+    still written, and a new writer opens the table from it."""
+    uri, log = busy_table
+    for index in range(100):
+        log.append([NewRecord(None, b"x%d" % index)], config=CONFIG)
+    store_type = type(open_store(uri))
+
+    def no_reads(self, path):
+        raise AssertionError(f"read {path}")
+
+    monkeypatch.setattr(store_type, "get", no_reads)
+    version = log.snapshot.table_version
+    log.housekeeping()  # the checkpoint, then a merge of the small files
+    monkeypatch.undo()
+    assert os.path.exists(os.path.join(uri, "_delta_log", checkpoint_name(version)))
+    log.catch_up()  # steps over the merge
+    reopened = DeltaPartitionLog.open(uri)
+    assert reopened.snapshot.high_watermark == log.snapshot.high_watermark
+    assert [f.path for f in reopened.snapshot.files] == [f.path for f in log.snapshot.files]
+    assert DeltaTable(uri, version=version).version() == version
+    assert DeltaTable(uri).version() == log.snapshot.table_version
+
+
+def test_a_reader_follows_new_commits_and_sees_a_new_leader(busy_table):
+    uri, log = busy_table
+    reader = TableReader.read(uri)
+    assert reader.leader().node_id == 3
+    log.commit_leadership(5, expected=reader.leader(), hold=True)
+    log.append([NewRecord(None, b"after")], config=CONFIG)
+    state = reader.refresh()
+    assert reader.leader().node_id == 5
+    assert state.version == log.snapshot.table_version
+
+
+def test_a_damaged_commit_is_refused_with_what_to_do(busy_table):
+    uri, log = busy_table
+    version = log.snapshot.table_version
+    with open(os.path.join(uri, "_delta_log", log_commit.commit_name(version)), "wb") as f:
+        f.write(b"{not json")
+    with pytest.raises(CorruptPartition, match=f"damaged commit files \\({version}: not JSON"):
+        DeltaPartitionLog.open(uri)
+
+
+def test_a_missing_table_is_named(tmp_path):
+    with pytest.raises(CorruptPartition, match="No Delta table"):
+        DeltaPartitionLog.open(str(tmp_path / "nothing"))
+
+
+def test_a_checkpoint_of_an_empty_table_has_protocol_and_metadata(tmp_path):
+    uri = str(tmp_path / "empty")
+    DeltaPartitionLog.create(uri)
+    log = DeltaPartitionLog.open(uri)
+    write_checkpoint(open_store(uri).child(log_commit.LOG_DIR), log.snapshot.state)
+    table = DeltaTable(uri)
+    assert table.version() == 0
+    assert table.schema().to_arrow().field("offset").type == pa.int64()
+    assert table.metadata().partition_columns == ["segment"]
