@@ -133,16 +133,16 @@ class Housekeeper:
         """Delta's own log cleanup, bounded by count as well as time: commits and checkpoints
         older than the previous checkpoint once LOG_GRACE_MS old, and leftover temporaries."""
         cutoff_ms = int(time.time() * 1000) - LOG_GRACE_MS
-        for stored in self._log.list_temporaries():
-            if stored.modified_ms < cutoff_ms:
-                self._log.delete(stored.name)  # a commit crashed before it was linked
+        # Temporaries: commits that crashed before they were linked (local stores only).
+        doomed = [t.name for t in self._log.list_temporaries() if t.modified_ms < cutoff_ms]
         for stored in self._log.list():
             name = stored.name
             head = name.split(".", 1)[0]
             if not (head.isdigit() and (name.endswith(".json") or ".checkpoint." in name)):
                 continue
             if int(head) < keep_from_version and stored.modified_ms < cutoff_ms:
-                self._log.delete(name)
+                doomed.append(name)
+        self._log.delete_many(doomed)
 
 
 Head = Callable[[], LogSnapshot | None] | None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -76,6 +77,17 @@ LEADERSHIP_ATTEMPTS_MAX = 5
 REARRANGEMENT_STEPS_MAX = 100
 RESERVED_APP_IDS = (LOG_APP_ID, LEADER_APP_ID, LOG_START_APP_ID)
 TAIL_COMMITS_MAX = 256
+
+
+@dataclass(frozen=True, slots=True)
+class StagedAppend:
+    """An append whose data file is written and not committed yet (`stage_append`)."""
+
+    written: WrittenFile
+    table: pa.Table  # its records, every file column: the tail chunk once committed
+    base_offset: int
+    last_offset: int
+    now_ms: int
 
 
 class DeltaPartitionLog:
@@ -290,23 +302,86 @@ class DeltaPartitionLog:
             LeadershipConflict: this writer was deposed; nothing was committed.
             StorageUnavailable: the storage could not be written.
         """
-        if not records:
-            raise ValueError("append needs at least one record")
         if transaction is not None and transaction.app_id in RESERVED_APP_IDS:
             raise ValueError(f"txn app id {transaction.app_id!r} is reserved by the log")
+        staged = self.stage_append(records, config=config, now_ms=now_ms, producers=producers)
+        return self.commit_staged(staged, transaction=transaction)
+
+    def stage_append(
+        self,
+        records: Sequence[NewRecord],
+        *,
+        config: TopicConfig,
+        now_ms: int | None = None,
+        producers: ProducerColumns | None = None,
+        after: StagedAppend | None = None,
+    ) -> StagedAppend:
+        """Write `records`' data file, offsets from the high watermark (or, with `after`, from
+        the end of that staged append, which commits first), for `commit_staged`.
+
+        Safe in another thread while `commit_staged` of `after` runs: the writer then writes
+        one group's file while the previous group's commit is in flight (two store requests
+        in a row per commit become one on the critical path)."""
+        if not records:
+            raise ValueError("append needs at least one record")
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        snapshot = self._snapshot
+        if after is not None and snapshot.high_watermark <= after.last_offset:
+            # `after` is not in the snapshot yet: plan as if it were.
+            snapshot = dataclasses.replace(
+                snapshot,
+                high_watermark=after.last_offset + 1,
+                files=(*snapshot.files, after.written.data_file),
+            )
+        base_offset = snapshot.high_watermark
+        segment = _segment_for_append(snapshot, base_offset, config, now_ms)
+        table = records_to_arrow(records, base_offset, now_ms, config.log_append_time, producers)
+        written = write_data_file(self._store, table, segment, now_ms)
+        return StagedAppend(written, table, base_offset, base_offset + len(records) - 1, now_ms)
+
+    def discard_staged(self, staged: StagedAppend) -> None:
+        """Delete the data file of a staged append that will not be committed."""
+        delete_uncommitted(self._store, [staged.written])
+
+    def commit_staged(
+        self, staged: StagedAppend, *, transaction: AppTransaction | None = None
+    ) -> AppendResult:
+        """Commit a staged append (with `transaction`, if given) with the offset CAS: the
+        commit is created put-if-absent on the version after the snapshot, whose high
+        watermark must be the staged base offset.
+
+        Raises:
+            AppendConflict: the high watermark is not the staged base offset (another writer
+                committed offsets, or the append staged before this one failed); nothing was
+                committed, the staged file is deleted.
+            LeadershipConflict: this writer was deposed; nothing was committed.
+            StorageUnavailable: the storage could not be written.
+        """
         for _ in range(APPEND_ATTEMPTS_MAX):
-            base_offset = self._snapshot.high_watermark
+            if self._snapshot.high_watermark != staged.base_offset:
+                delete_uncommitted(self._store, [staged.written])
+                raise AppendConflict(
+                    f"Another writer committed offsets to {self.table_uri} after this "
+                    f"writer's snapshot; nothing was appended."
+                )
             try:
-                return self._append_once(records, config, now_ms, producers, transaction)
+                payload = self._commit_append(
+                    staged.written, staged.last_offset, staged.now_ms, transaction
+                )
+                self._advance(self._snapshot, staged.written.data_file, staged.table, payload)
+            except VisibleAfterReload:
+                pass  # the reloaded snapshot holds the commit (without it in the tail)
             except VersionTaken as error:
                 self.reload()
                 self._check_still_leader(error)
-                if self._snapshot.high_watermark != base_offset:
-                    raise AppendConflict(
-                        f"Another writer committed offsets to {self.table_uri} after this "
-                        f"writer's snapshot; nothing was appended."
-                    ) from error
+                continue  # the same file, on the next version, if the offsets are still free
+            return AppendResult(
+                staged.base_offset,
+                staged.last_offset,
+                staged.now_ms,
+                self._snapshot.table_version,
+                staged.written.data_file.segment,
+            )
         raise StorageUnavailable(
             f"Commit to {self.table_uri} failed: other commits (not appends) took its version "
             f"{APPEND_ATTEMPTS_MAX} times."
@@ -349,22 +424,6 @@ class DeltaPartitionLog:
             f"Other writers committed to {self.table_uri} before each of "
             f"{APPEND_ONCE_ATTEMPTS_MAX} attempts; nothing was appended."
         )
-
-    def _append_once(
-        self, records, config: TopicConfig, now_ms: int, producers, transaction
-    ) -> AppendResult:
-        snapshot = self._snapshot
-        base_offset = snapshot.high_watermark
-        last_offset = base_offset + len(records) - 1
-        segment = _segment_for_append(snapshot, base_offset, config, now_ms)
-        table = records_to_arrow(records, base_offset, now_ms, config.log_append_time, producers)
-        written = write_data_file(self._store, table, segment, now_ms)
-        try:
-            payload = self._commit_append(written, last_offset, now_ms, transaction)
-            self._advance(self._snapshot, written.data_file, table, payload)
-        except VisibleAfterReload:
-            pass  # the reloaded snapshot holds the commit (without it in the tail)
-        return AppendResult(base_offset, last_offset, now_ms, self._snapshot.table_version, segment)
 
     def _commit_append(
         self, written: WrittenFile, last_offset: int, now_ms: int, transaction

@@ -81,6 +81,12 @@ class Store(ABC):
     def delete(self, path: str) -> None:
         """Delete `path`; a missing one is fine."""
 
+    def delete_many(self, paths: list[str]) -> None:
+        """Delete each of `paths` (missing ones are fine); object stores take them in bulk
+        (one request per thousand on S3)."""
+        for path in paths:
+            self.delete(path)
+
     @abstractmethod
     def delete_tree(self, directory: str = "") -> None:
         """Delete everything at and below `directory`; missing is fine."""

@@ -145,6 +145,16 @@ class ObjectStore(Store):
         except Exception as error:  # noqa: BLE001
             raise _translate(error, self.uri, path) from error
 
+    def delete_many(self, paths: list[str]) -> None:
+        keys = [self._key(path) for path in paths]
+        try:
+            for start in range(0, len(keys), 1000):  # S3's DeleteObjects takes 1,000 a request
+                obstore.delete(self._client, keys[start : start + 1000])
+        except (FileNotFoundError, obstore_errors.NotFoundError):
+            pass
+        except Exception as error:  # noqa: BLE001
+            raise _translate(error, self.uri, paths[0]) from error
+
     def delete_tree(self, directory: str = "") -> None:
         key = self._key(directory)
         try:
