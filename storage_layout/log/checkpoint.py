@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage_layout import log_commit
-from storage_layout.log.replay import TableState
+from storage_layout.log.replay import TableState, file_path, read_checkpoint_part
 from storage_layout.store import Store
 
 # Delta's default `delta.deletedFileRetentionDuration`: tombstones younger than this stay in
@@ -122,15 +122,27 @@ def checkpoint_name(version: int) -> str:
     return f"{version:020d}.checkpoint.parquet"
 
 
-def write_checkpoint(log: Store, state: TableState, now_ms: int | None = None) -> None:
-    """Write the checkpoint of `state` (at `state.version`) and point `_last_checkpoint` at it."""
+def write_checkpoint(
+    log: Store, state: TableState, now_ms: int | None = None
+) -> tuple[int, tuple[str, ...]]:
+    """Write the checkpoint of `state` (at `state.version`) and point `_last_checkpoint` at it.
+    The tombstones not in memory are carried over from the checkpoint `state` is based on (one
+    read). Returns the checkpoint as (version, file names), for `TableState.checkpointed`.
+
+    Raises:
+        OSError: the store failed; UnreadableLog: the base checkpoint could not be read.
+    """
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    state = state.without_tombstones_before(now_ms - TOMBSTONE_RETENTION_MS)
-    table = checkpoint_table(state)
+    cutoff_ms = now_ms - TOMBSTONE_RETENTION_MS
+    table = checkpoint_table(state, cutoff_ms)
+    carried = _carried_tombstones(log, state, cutoff_ms)
+    if carried.num_rows:
+        table = pa.concat_tables([table, carried])
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="snappy")
     data = sink.getvalue().to_pybytes()
-    log.put(checkpoint_name(state.version), data)
+    name = checkpoint_name(state.version)
+    log.put(name, data)
     pointer = {
         "version": state.version,
         "size": table.num_rows,
@@ -138,10 +150,12 @@ def write_checkpoint(log: Store, state: TableState, now_ms: int | None = None) -
         "numOfAddFiles": len(state.adds),
     }
     log.put(log_commit.LAST_CHECKPOINT, json.dumps(pointer).encode())
+    return state.version, (name,)
 
 
-def checkpoint_table(state: TableState) -> pa.Table:
-    """The checkpoint's rows: one action per row, the other columns null."""
+def checkpoint_table(state: TableState, cutoff_ms: int = 0) -> pa.Table:
+    """The checkpoint's rows from memory, one action per row, the other columns null: all
+    but the tombstones of the base checkpoint, and those deleted before `cutoff_ms`."""
     rows: list[tuple[str, dict[str, Any]]] = [
         ("protocol", _protocol_row(state.protocol)),
         ("metaData", _metadata_row(state.metadata)),
@@ -151,7 +165,11 @@ def checkpoint_table(state: TableState) -> pa.Table:
         for app_id, version in state.transactions.items()
     ]
     rows += [("add", _file_row(body, _ADD)) for body in state.adds.values()]
-    rows += [("remove", _file_row(body, _REMOVE)) for body in state.tombstones.values()]
+    rows += [
+        ("remove", _file_row(body, _REMOVE))
+        for _, body in state.tombstones.values()
+        if (body.get("deletionTimestamp") or 0) >= cutoff_ms
+    ]
     columns = {name: [None] * len(rows) for name in _CHECKPOINT_SCHEMA.names}
     for index, (kind, body) in enumerate(rows):
         columns[kind][index] = body
@@ -159,6 +177,50 @@ def checkpoint_table(state: TableState) -> pa.Table:
         [pa.array(columns[f.name], type=f.type) for f in _CHECKPOINT_SCHEMA],
         schema=_CHECKPOINT_SCHEMA,
     )
+
+
+def _carried_tombstones(log: Store, state: TableState, cutoff_ms: int) -> pa.Table:
+    """The base checkpoint's tombstones that still count: not expired, not re-added, not
+    removed again since (then the newer remove is in memory). Kept in Arrow: a week of them
+    is large."""
+    pieces = []
+    superseded = set(state.adds) | set(state.tombstones)
+    for name in state.checkpoint[1]:
+        part = read_checkpoint_part(log, name, ("remove",))
+        if "remove" not in part.column_names:
+            continue
+        removes = part.column("remove").combine_chunks()
+        removes = removes.filter(removes.is_valid())
+        if not len(removes):
+            continue
+        deleted = removes.field("deletionTimestamp").fill_null(0)
+        paths = removes.field("path").to_pylist()
+        kept = [
+            deleted_ms >= cutoff_ms and file_path({"path": path}) not in superseded
+            for deleted_ms, path in zip(deleted.to_pylist(), paths, strict=True)
+        ]
+        pieces.append(_conformed(removes.filter(pa.array(kept))))
+    if not pieces:
+        return _CHECKPOINT_SCHEMA.empty_table()
+    removes = pa.concat_arrays(pieces)
+    return pa.table(
+        [
+            removes if f.name == "remove" else pa.array([None] * len(removes), type=f.type)
+            for f in _CHECKPOINT_SCHEMA
+        ],
+        schema=_CHECKPOINT_SCHEMA,
+    )
+
+
+def _conformed(removes: pa.StructArray) -> pa.StructArray:
+    """`removes` with exactly _REMOVE's fields (another writer's checkpoint may have fewer,
+    more, or other types)."""
+    present = {removes.type.field(i).name for i in range(removes.type.num_fields)}
+    children = [
+        removes.field(f.name).cast(f.type) if f.name in present else pa.nulls(len(removes), f.type)
+        for f in _REMOVE
+    ]
+    return pa.StructArray.from_arrays(children, fields=list(_REMOVE), mask=None)
 
 
 def _file_row(body: Mapping[str, Any], kind: pa.StructType) -> dict[str, Any]:

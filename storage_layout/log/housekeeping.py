@@ -19,6 +19,7 @@ from storage_layout import log_commit
 from storage_layout.errors import StorageError
 from storage_layout.log.checkpoint import write_checkpoint
 from storage_layout.log.files import read_whole_file, write_data_file
+from storage_layout.log.replay import UnreadableLog
 from storage_layout.log.snapshot import DataFile, Leadership, LogSnapshot
 from storage_layout.log.tables import TABLE_CONFIGURATION
 from storage_layout.store import Store
@@ -46,6 +47,9 @@ class Housekeeper:
         self._store = store
         self._log = log
         self._checkpointed_version = 0
+        # The last checkpoint written, (version, file names): the writer drops the tombstones
+        # it holds (TableState.checkpointed). Replaced whole, so another thread may read it.
+        self.written: tuple[int, tuple[str, ...]] | None = None
 
     def run(self, snapshot: LogSnapshot, held: Leadership | None, head: Head = None) -> int:
         """One pass: checkpoint when due and trim the log (a table load replays the commits
@@ -59,7 +63,7 @@ class Housekeeper:
         if snapshot.table_version - self._checkpointed_version >= CHECKPOINT_INTERVAL:
             try:
                 self._checkpoint_and_trim(snapshot)
-            except (OSError, StorageError):
+            except (OSError, StorageError, UnreadableLog):
                 pass  # retried on the next pass; the merge does not depend on it
         try:
             return self.merge_small_files(snapshot, held, head)
@@ -122,9 +126,12 @@ class Housekeeper:
         """Checkpoint the writer's snapshot from memory (no read of the log: on an object
         store, delta-rs's checkpoint read every commit since the previous one four times),
         then trim the log below the previous checkpoint."""
-        if snapshot.state is None:
+        state = snapshot.state
+        if state is None:
             return
-        write_checkpoint(self._log, snapshot.state)
+        if self.written is not None:  # the writer may not have rebased on it yet
+            state = state.checkpointed(*self.written)
+        self.written = write_checkpoint(self._log, state)
         previous, self._checkpointed_version = self._checkpointed_version, snapshot.table_version
         if previous > 0:
             self._delete_log_entries_before(previous)

@@ -519,8 +519,12 @@ class DeltaPartitionLog:
         if not self._fenced:
             self.reload()  # control runs: other writers' files may have come in between
             return
+        after = _committed(before, before.table_version + 1, payload)
+        written = self._housekeeper.written  # tombstones up to it need not stay in memory
+        if written is not None and after.state is not None:
+            after = dataclasses.replace(after, state=after.state.checkpointed(*written))
         self._snapshot = dataclasses.replace(
-            _committed(before, before.table_version + 1, payload),
+            after,
             high_watermark=data_file.max_offset + 1,
             files=(*before.files, data_file),
             tail=self._next_tail(before.tail, data_file.min_offset, table),

@@ -14,6 +14,7 @@ single or multi-part); the caller checks the protocol against the allow-list.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -34,7 +35,8 @@ from storage_layout.store import Store, StoredObject, StoreError
 READS_IN_FLIGHT = 8
 _COMMIT_NAME = re.compile(r"(\d{20})\.json")
 _CHECKPOINT_NAME = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet")
-_CHECKPOINT_COLUMNS = ("txn", "add", "remove", "metaData", "protocol")
+# What a state needs of a checkpoint: all but its tombstones.
+_STATE_COLUMNS = ("protocol", "metaData", "txn", "add")
 
 
 class TableMissing(Exception):
@@ -48,7 +50,10 @@ class UnreadableLog(Exception):
 
 @dataclass(frozen=True, slots=True)
 class TableState:
-    """A table at `version`: the Delta actions a checkpoint of it holds. Never mutated: a
+    """A table at `version`: the Delta actions a checkpoint of it holds, but for the
+    tombstones (`remove` actions) already in checkpoint `checkpoint`: only those removed after
+    it are in memory (a week of small-file merges leaves hundreds of thousands of them, which
+    only a checkpoint needs; it carries them over from the previous one). Never mutated: a
     commit makes a new one (`applied`)."""
 
     version: int
@@ -56,7 +61,11 @@ class TableState:
     metadata: Mapping[str, Any]
     transactions: Mapping[str, int] = field(default_factory=dict)  # appId -> version
     adds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # path -> add
-    tombstones: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # path -> remove
+    # path -> (the version that removed it, the remove action), removed after `checkpoint`
+    tombstones: Mapping[str, tuple[int, Mapping[str, Any]]] = field(default_factory=dict)
+    # The checkpoint this state was read from or last written as: (version, part names), or
+    # (-1, ()). Its tombstones are not in `tombstones`.
+    checkpoint: tuple[int, tuple[str, ...]] = (-1, ())
 
     def applied(self, version: int, actions: Iterable[Mapping[str, Any]]) -> TableState:
         """This state with commit `version` (its actions, in order) applied."""
@@ -85,7 +94,7 @@ class TableState:
                     adds = own("adds", adds)
                     del adds[path]
                 tombstones = own("tombstones", tombstones)
-                tombstones[path] = body
+                tombstones[path] = (version, body)
             elif kind == "txn":
                 transactions = own("transactions", transactions)
                 transactions[body["appId"]] = int(body["version"])
@@ -93,21 +102,23 @@ class TableState:
                 metadata = body
             elif kind == "protocol":
                 protocol = body
-        return TableState(version, protocol, metadata, transactions, adds, tombstones)
-
-    def without_tombstones_before(self, deletion_ms: int) -> TableState:
-        """This state without the tombstones deleted before `deletion_ms` (expired ones: a
-        checkpoint drops them, as Delta's own do)."""
-        kept = {
-            path: body
-            for path, body in self.tombstones.items()
-            if (body.get("deletionTimestamp") or 0) >= deletion_ms
-        }
-        if len(kept) == len(self.tombstones):
-            return self
-        return TableState(
-            self.version, self.protocol, self.metadata, self.transactions, self.adds, kept
+        return dataclasses.replace(
+            self,
+            version=version,
+            protocol=protocol,
+            metadata=metadata,
+            transactions=transactions,
+            adds=adds,
+            tombstones=tombstones,
         )
+
+    def checkpointed(self, version: int, names: tuple[str, ...]) -> TableState:
+        """This state once checkpoint `version` (files `names`) holds it up to `version`: the
+        tombstones up to there leave memory."""
+        if version <= self.checkpoint[0]:
+            return self
+        kept = {path: item for path, item in self.tombstones.items() if item[0] > version}
+        return dataclasses.replace(self, tombstones=kept, checkpoint=(version, names))
 
 
 def file_path(action: Mapping[str, Any]) -> str:
@@ -183,31 +194,36 @@ def _newest_checkpoint(listed: list[StoredObject]) -> tuple[int, list[str]] | No
 
 
 def _read_checkpoint(log: Store, version: int, names: list[str]) -> TableState:
-    state = TableState(version, {}, {})
+    state = TableState(version, {}, {}, checkpoint=(version, tuple(names)))
     for name in names:
-        data = log.get(name)
-        if data is None:
-            raise UnreadableLog(f"{log.uri}/{name} disappeared while being read")
-        try:
-            table = pq.read_table(pa.BufferReader(data), columns=_present_columns(data))
-        except (pa.ArrowException, OSError, ValueError) as error:
-            raise UnreadableLog(f"{log.uri}/{name}: {error}") from error
+        table = read_checkpoint_part(log, name, _STATE_COLUMNS)
         state = state.applied(version, _checkpoint_actions(table))
     if not state.protocol or not state.metadata:
         raise UnreadableLog(f"{log.uri}: checkpoint {version} has no protocol or metadata")
     return state
 
 
-def _present_columns(data: bytes) -> list[str]:
-    names = pq.read_schema(pa.BufferReader(data)).names
-    return [name for name in _CHECKPOINT_COLUMNS if name in names]
+def read_checkpoint_part(log: Store, name: str, columns: tuple[str, ...]) -> pa.Table:
+    """The `columns` of one checkpoint file that it has.
+
+    Raises:
+        UnreadableLog: it is gone or cannot be decoded.
+    """
+    data = log.get(name)
+    if data is None:
+        raise UnreadableLog(f"{log.uri}/{name} disappeared while being read")
+    try:
+        present = pq.read_schema(pa.BufferReader(data)).names
+        wanted = [column for column in columns if column in present]
+        return pq.read_table(pa.BufferReader(data), columns=wanted)
+    except (pa.ArrowException, OSError, ValueError) as error:
+        raise UnreadableLog(f"{log.uri}/{name}: {error}") from error
 
 
 def _checkpoint_actions(table: pa.Table) -> list[dict[str, Any]]:
-    """The checkpoint's rows as actions, in the order a replay needs: removes (tombstones)
-    before adds cannot clash, since a checkpoint never holds both for one path."""
+    """The checkpoint's rows as actions (its tombstones are not read: see TableState)."""
     actions: list[dict[str, Any]] = []
-    for kind in ("protocol", "metaData", "txn", "remove", "add"):
+    for kind in _STATE_COLUMNS:
         if kind not in table.column_names:
             continue
         for body in table.column(kind).to_pylist():

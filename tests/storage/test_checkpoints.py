@@ -8,12 +8,13 @@ import os
 import shutil
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 from storage_layout import log_commit
 from storage_layout.errors import CorruptPartition
-from storage_layout.log import COMPACT_FILES_MIN, DeltaPartitionLog
+from storage_layout.log import COMPACT_FILES_MIN, DeltaPartitionLog, vacuum_table
 from storage_layout.log.checkpoint import checkpoint_name, write_checkpoint
 from storage_layout.log.reader import TableReader
 from storage_layout.log.replay import read_state
@@ -85,8 +86,41 @@ def test_a_checkpoint_from_memory_reads_as_the_log_it_replaces(busy_table, tmp_p
     from_commits = read_state(open_store(json_only).child(log_commit.LOG_DIR), json_only)
     assert from_checkpoint.adds == from_commits.adds == log.snapshot.state.adds
     assert from_checkpoint.transactions == from_commits.transactions
-    assert set(from_checkpoint.tombstones) == set(from_commits.tombstones)
-    assert from_checkpoint.tombstones  # the merge's and the delete's removes are kept
+    assert from_commits.tombstones  # the merge's and the delete's removes
+    assert checkpoint_removes(uri, log.snapshot.table_version) == set(from_commits.tombstones)
+    assert not from_checkpoint.tombstones  # a state read from a checkpoint leaves them there
+
+
+def checkpoint_removes(uri: str, version: int) -> set[str]:
+    path = os.path.join(uri, "_delta_log", checkpoint_name(version))
+    removes = pq.read_table(path, columns=["remove"]).column("remove").to_pylist()
+    return {r["path"] for r in removes if r is not None}
+
+
+def test_tombstones_carry_over_from_checkpoint_to_checkpoint_and_leave_memory(busy_table):
+    """A second checkpoint holds the first one's tombstones (read from it) and the newer
+    ones; the writer's state keeps only what came after the newest; expired ones go."""
+    uri, log = busy_table
+    logs = open_store(uri).child(log_commit.LOG_DIR)
+    removed_first = set(log.snapshot.state.tombstones)
+    first = write_checkpoint(logs, log.snapshot.state)
+    for index in range(COMPACT_FILES_MIN):
+        log.append([NewRecord(None, b"more%d" % index)], config=CONFIG)
+    assert log.maybe_compact_files() >= COMPACT_FILES_MIN
+    state = log.snapshot.state.checkpointed(*first)
+    removed_since = set(state.tombstones)
+    assert removed_since and not removed_since & removed_first
+    second = write_checkpoint(logs, state)
+    assert checkpoint_removes(uri, second[0]) == removed_first | removed_since
+    assert not state.checkpointed(*second).tombstones
+    # delta-rs reads it: the same files live, and vacuum (lite: from tombstones) finds them.
+    assert {os.path.relpath(f, uri) for f in DeltaTable(uri).file_uris()} == set(state.adds)
+    doomed = set(vacuum_table(uri, retention_hours=0, dry_run=True))
+    on_disk = {p for p in removed_first | removed_since if os.path.exists(os.path.join(uri, p))}
+    assert on_disk and doomed == on_disk
+    expired = write_checkpoint(logs, state.checkpointed(*second), now_ms=2**62)
+    assert checkpoint_removes(uri, expired[0]) == set()
+    assert DeltaTable(uri).version() == log.snapshot.table_version
 
 
 def test_the_writers_state_follows_every_commit(busy_table):
@@ -99,7 +133,7 @@ def test_the_writers_state_follows_every_commit(busy_table):
         fresh.transactions,
         fresh.adds,
     )
-    assert set(state.tombstones) == set(fresh.tombstones)
+    assert set(state.tombstones) == set(fresh.tombstones)  # no checkpoint yet: all of them
 
 
 def test_housekeeping_checkpoints_without_reading_the_log(busy_table, monkeypatch):
