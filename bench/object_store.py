@@ -78,10 +78,11 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.latency_failover import leaders  # noqa: E402
+from bench.memory_s3 import MemoryS3  # noqa: E402
 from bench.produce_fetch import machine_info, process_cpu_s, report_header, system_busy_cpu_s  # noqa: E402
 from bench.raw_http import RawConnection, RawResponse  # noqa: E402
 from tests.gateway_process import GatewayProcess, free_port, start_gateway  # noqa: E402
-from tests.s3_server import S3Server, start_s3_server  # noqa: E402
+from tests.s3_server import REGION, S3Server, start_s3_server  # noqa: E402
 
 PRODUCE_TYPE = "application/vnd.kafka.binary.v2+json"
 CLUSTER = "lakelog"
@@ -125,6 +126,13 @@ PROFILES: dict[str, dict[str, tuple[float, float]]] = {
     "s3-express": dict.fromkeys(("PUT", "POST", "GET", "HEAD", "DELETE", "LIST"), (5, 10)),
 }
 KINDS = ("PUT", "GET", "HEAD", "LIST", "DELETE", "POST")
+MEMORY_BACKEND = "memory"
+MEMORY_ENV = {
+    "AWS_REGION": REGION,
+    "AWS_ACCESS_KEY_ID": "lakelog-bench",
+    "AWS_SECRET_ACCESS_KEY": "lakelog-bench-secret",
+    "AWS_ALLOW_HTTP": "true",
+}
 
 
 def log(message: str) -> None:
@@ -201,6 +209,8 @@ def classify(method: str, target: str) -> tuple[str, str]:
 class LatencyProxy:
     def __init__(self, upstream: str, seed: int, trace: str | None = None) -> None:
         self.trace = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115
+        # upstream "memory": answer from bench/memory_s3.py in this process instead of moto
+        self.memory = MemoryS3() if upstream == MEMORY_BACKEND else None
         parts = urlsplit(upstream)
         self.host, self.port = parts.hostname, parts.port
         self.rng = random.Random(seed)
@@ -251,7 +261,12 @@ class LatencyProxy:
                 kind, category = classify(method, target)
                 conditional = _header(lines, "if-none-match") is not None
                 delay = self.draw_delay_s(kind)
-                status, response, response_bytes = await self.forward(method, first, lines, body)
+                if self.memory is not None:
+                    status, response, response_bytes = self.answer(method, target, lines, body)
+                else:
+                    status, response, response_bytes = await self.forward(
+                        method, first, lines, body
+                    )
                 upstream_s = time.monotonic() - received
                 wait = received + delay - time.monotonic()
                 if wait > 0:
@@ -278,6 +293,18 @@ class LatencyProxy:
             return
         finally:
             writer.close()
+
+    def answer(
+        self, method: str, target: str, lines: list[str], body: bytes
+    ) -> tuple[int, bytes, int]:
+        """Answer from the in-memory store; (status, response, body bytes)."""
+        headers = {}
+        for line in lines:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        answer = self.memory.handle(method, target, headers, body)
+        head_only = method == "HEAD"
+        return answer.status, answer.encode(head_only), 0 if head_only else len(answer.body)
 
     async def forward(
         self, method: str, first: str, lines: list[str], body: bytes
@@ -861,6 +888,10 @@ class Bench:
     # -- infrastructure
 
     def start_store(self) -> None:
+        if self.args.backend == MEMORY_BACKEND:
+            self.proxy = start_proxy(MEMORY_BACKEND, self.tmp, self.args.seed, self.args.trace)
+            log(f"in-memory S3 (bench/memory_s3.py) behind the latency proxy at {self.proxy.url}")
+            return
         self.s3 = start_s3_server(self.tmp)
         self.proxy = start_proxy(self.s3.endpoint, self.tmp, self.args.seed, self.args.trace)
         log(f"moto at {self.s3.endpoint}, latency proxy at {self.proxy.url}")
@@ -877,7 +908,12 @@ class Bench:
         """(env, object-store root) of a fresh root for `store`."""
         if store == "local":
             return {}, None
-        assert self.s3 and self.proxy
+        assert self.proxy
+        if self.s3 is None:  # the in-memory backend: the proxy creates the bucket itself
+            bucket = f"lake-{random.getrandbits(48):012x}"
+            httpx.put(f"{self.proxy.url}/{bucket}", timeout=10).raise_for_status()
+            env = {**MEMORY_ENV, "AWS_ENDPOINT_URL": self.proxy.url}
+            return env, f"s3://{bucket}/lakelog"
         bucket = self.s3.create_bucket()
         env = {**self.s3.env, "AWS_ENDPOINT_URL": self.proxy.url}
         return env, f"s3://{bucket}/lakelog"
@@ -889,8 +925,9 @@ class Bench:
 
     def pids(self, gateway: GatewayProcess) -> dict[str, int]:
         pids = {"gateway": gateway.process.pid}
-        if self.proxy and self.s3:
+        if self.proxy:
             pids["proxy"] = self.proxy.process.pid
+        if self.s3:
             pids["moto"] = self.s3.process.pid
         return pids
 
@@ -1318,6 +1355,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--default-lease",
         action="store_true",
         help="also run failover with the default lease and heartbeat (6 s / 1 s)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("moto", MEMORY_BACKEND),
+        default="moto",
+        help="what answers behind the proxy: moto_server, or bench/memory_s3.py in the proxy",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep-tmp", action="store_true", help="keep gateway and moto logs")
