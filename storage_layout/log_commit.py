@@ -89,16 +89,21 @@ def remove_action(
 
 
 def append_commit(
-    add: dict[str, Any], transactions: list[tuple[str, int]], timestamp_ms: int
+    add: dict[str, Any],
+    transactions: list[tuple[str, int]],
+    timestamp_ms: int,
+    rewrite: Sequence[dict[str, Any]] = (),
 ) -> bytes:
-    """The newline-delimited JSON of one append: commitInfo, the add action, the txns."""
+    """The newline-delimited JSON of one append: commitInfo, the add action, the actions of a
+    small-file merge committed with it (`rewrite`: removes and an add, dataChange=false), the
+    txns."""
     commit_info = {
         "timestamp": timestamp_ms,
         "operation": "WRITE",
         "operationParameters": {"mode": "Append", "partitionBy": '["segment"]'},
         "engineInfo": ENGINE_INFO,
     }
-    actions = [{"commitInfo": commit_info}, {"add": add}]
+    actions = [{"commitInfo": commit_info}, {"add": add}, *rewrite]
     actions += [{"txn": {"appId": app_id, "version": v}} for app_id, v in transactions]
     return _ndjson(actions)
 

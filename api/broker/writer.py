@@ -206,6 +206,7 @@ class PartitionWriter:
         await self._task
         if self._upkeep is not None:
             await asyncio.gather(self._upkeep, return_exceptions=True)
+            await self._commit_merge_when_idle()  # a pass that finished after the last append
 
     async def _run(self) -> None:
         while True:
@@ -220,8 +221,21 @@ class PartitionWriter:
                     await self._commit(self._take_batch())
             if self._catch_up_requested:
                 await self._catch_up()
+            await self._commit_merge_when_idle()
             if self._closed:
                 return
+
+    async def _commit_merge_when_idle(self) -> None:
+        """Housekeeping's small-file merge rides on the next append; with none queued (the
+        partition went quiet, or the writer closes), it is committed on its own."""
+        upkeep_running = self._upkeep is not None and not self._upkeep.done()
+        if self._queue or upkeep_running or not self.log.merge_pending or self.deposed:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self.log.commit_pending_merge)
+        except Exception as error:  # noqa: BLE001 - a later pass plans the merge again
+            log.warning("committing a small-file merge failed: %r", error)
 
     async def _commit_plain_groups(self) -> None:
         """Group commits of plain batches (no producer ids, no txn), pipelined: the next
@@ -433,6 +447,7 @@ class PartitionWriter:
         loop = asyncio.get_running_loop()
         self._upkeep = loop.run_in_executor(self._executor, self.log.housekeeping)
         self._upkeep.add_done_callback(_report_upkeep_failure)
+        self._upkeep.add_done_callback(lambda _: self._wakeup.set())  # an idle merge to commit
 
     async def _state_may_be_stale(self, first_try: float) -> bool:
         """Before a sequence error (a definite answer: the client re-initialises), check that

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pyarrow as pa
-from deltalake.exceptions import DeltaError
 
 from storage_layout import log_commit
 from storage_layout.errors import StorageError
 from storage_layout.log.checkpoint import write_checkpoint
-from storage_layout.log.files import read_whole_file, write_data_file
+from storage_layout.log.files import WrittenFile, read_whole_file, write_data_file
 from storage_layout.log.replay import UnreadableLog
 from storage_layout.log.snapshot import DataFile, Leadership, LogSnapshot
 from storage_layout.log.tables import TABLE_CONFIGURATION
@@ -37,6 +37,19 @@ COMPACT_FILES_MIN = 32
 MERGE_STEPS_MAX = 1_000
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedMerge:
+    """A small-file merge whose file is written and not committed: the writer commits its
+    actions with its next append (one commit, no race with the appends for a version)."""
+
+    written: WrittenFile  # the merged file; its add has dataChange=false
+    removes: tuple[dict, ...]  # the remove actions of the files it replaces
+    removed_paths: frozenset[str]
+
+    def actions(self) -> list[dict]:
+        return [*({"remove": r} for r in self.removes), {"add": self.written.add}]
+
+
 class Housekeeper:
     """The background upkeep of one partition table. Runs in a thread beside the writer: it
     reads the writer's snapshot and never replaces it (the writer sees a merge as a
@@ -51,24 +64,31 @@ class Housekeeper:
         # it holds (TableState.checkpointed). Replaced whole, so another thread may read it.
         self.written: tuple[int, tuple[str, ...]] | None = None
 
-    def run(self, snapshot: LogSnapshot, held: Leadership | None, head: Head = None) -> int:
-        """One pass: checkpoint when due and trim the log (a table load replays the commits
-        since the last checkpoint: on an object store, a request each), then merge the first
-        run of small files.
-
-        Returns:
-            The number of data files merged away (0 also when the pass failed: it is retried
-            on the next one).
-        """
-        if snapshot.table_version - self._checkpointed_version >= CHECKPOINT_INTERVAL:
-            try:
-                self._checkpoint_and_trim(snapshot)
-            except (OSError, StorageError, UnreadableLog):
-                pass  # retried on the next pass; the merge does not depend on it
+    def checkpoint_if_due(self, snapshot: LogSnapshot) -> None:
+        """Checkpoint `snapshot` and trim the log when CHECKPOINT_INTERVAL versions passed
+        since the last checkpoint; a failure is retried on the next pass."""
+        if snapshot.table_version - self._checkpointed_version < CHECKPOINT_INTERVAL:
+            return
         try:
-            return self.merge_small_files(snapshot, held, head)
-        except (OSError, DeltaError, StorageError):
-            return 0
+            self._checkpoint_and_trim(snapshot)
+        except (OSError, StorageError, UnreadableLog):
+            pass
+
+    def prepare_merge(self, snapshot: LogSnapshot) -> PreparedMerge | None:
+        """Write the merged file of the first run of small files, for the writer to commit
+        with its next append (DeltaPartitionLog.housekeeping); None if no run is long enough.
+        The inputs are read from the in-memory tail where it still holds them."""
+        run = small_file_run(snapshot.files)
+        if not run:
+            return None
+        table = pa.concat_tables(self._run_tables(snapshot, run))
+        oldest_ms = min(f.modification_time_ms for f in run)
+        merged = write_data_file(self._store, table, run[0].segment, oldest_ms, data_change=False)
+        now_ms = int(time.time() * 1000)
+        removes = tuple(
+            log_commit.remove_action(f.path, f.segment, f.size_bytes, now_ms) for f in run
+        )
+        return PreparedMerge(merged, removes, frozenset(f.path for f in run))
 
     def merge_small_files(
         self, snapshot: LogSnapshot, held: Leadership | None, head: Head = None
@@ -81,26 +101,18 @@ class Housekeeper:
         is known to keep files and leader (the writer's own appends), else None: the merge
         then goes straight past them instead of reading each one (two requests a step on an
         object store, while the writer keeps appending)."""
-        run = small_file_run(snapshot.files)
-        if not run:
+        prepared = self.prepare_merge(snapshot)
+        if prepared is None:
             return 0
-        table = pa.concat_tables(self._run_tables(snapshot, run))
-        oldest_ms = min(f.modification_time_ms for f in run)
-        merged = write_data_file(self._store, table, run[0].segment, oldest_ms, data_change=False)
-        now_ms = int(time.time() * 1000)
+        merged, removed = prepared.written, set(prepared.removed_paths)
         payload = log_commit.rewrite_commit(
-            add=merged.add,
-            removes=[
-                log_commit.remove_action(f.path, f.segment, f.size_bytes, now_ms) for f in run
-            ],
-            timestamp_ms=now_ms,
+            add=merged.add, removes=list(prepared.removes), timestamp_ms=int(time.time() * 1000)
         )
-        removed = {f.path for f in run}
         version = snapshot.table_version + 1
         for _ in range(MERGE_STEPS_MAX):
             version = _past_the_head(version, removed, head)
             if log_commit.put_if_absent(self._log, version, payload):
-                return len(run)
+                return len(removed)
             winner = log_commit.read_commit(self._log, version)
             leader = None if held is None else held.version
             if winner is None or not log_commit.leaves_files(winner, removed, leader):

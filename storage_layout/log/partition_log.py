@@ -25,6 +25,7 @@ from storage_layout import log_commit
 from storage_layout.errors import (
     AppendConflict,
     LeadershipConflict,
+    StorageError,
     StorageUnavailable,
 )
 from storage_layout.log import housekeeping, producer_scan, reads, replay
@@ -35,7 +36,7 @@ from storage_layout.log.files import (
     read_whole_file,
     write_data_file,
 )
-from storage_layout.log.housekeeping import Housekeeper
+from storage_layout.log.housekeeping import Housekeeper, PreparedMerge
 from storage_layout.log.reader import TableReader, latest_state
 from storage_layout.log.snapshot import (
     DataFile,
@@ -114,6 +115,10 @@ class DeltaPartitionLog:
         self._snapshot = snapshot_from_state(state, table_uri, fenced)
         self._held: Leadership | None = None  # leadership this writer asserts in every append
         self._housekeeper = Housekeeper(table_uri, self._store, self._log)
+        # A small-file merge housekeeping wrote, for the writer to commit with its next
+        # append (or alone when idle: commit_pending_merge). Set by the housekeeping thread,
+        # taken by the writer's.
+        self._merge: PreparedMerge | None = None
         # When this writer last knew its snapshot's version to be the latest (monotonic s):
         # a commit made soon after cannot sit below a checkpoint (see _check_not_shadowed).
         self._latest_known_at = time.monotonic() if loaded_at is None else loaded_at
@@ -365,12 +370,14 @@ class DeltaPartitionLog:
                     f"writer's snapshot; nothing was appended."
                 )
             try:
-                payload = self._commit_append(
+                payload, merge = self._commit_append(
                     staged.written, staged.last_offset, staged.now_ms, transaction
                 )
-                self._advance(self._snapshot, staged.written.data_file, staged.table, payload)
+                self._advance(
+                    self._snapshot, staged.written.data_file, staged.table, payload, merge
+                )
             except VisibleAfterReload:
-                pass  # the reloaded snapshot holds the commit (without it in the tail)
+                self._forget_merge_if_committed()  # the reloaded snapshot holds the commit
             except VersionTaken as error:
                 self.reload()
                 self._check_still_leader(error)
@@ -427,9 +434,10 @@ class DeltaPartitionLog:
 
     def _commit_append(
         self, written: WrittenFile, last_offset: int, now_ms: int, transaction
-    ) -> bytes:
-        """Create the next commit file (its payload is returned); step over housekeeping's
-        rearrangements.
+    ) -> tuple[bytes, PreparedMerge | None]:
+        """Create the next commit file, with the pending small-file merge if its files are
+        all still live; step over other writers' rearrangements. Returns the payload and the
+        merge it carried.
 
         Raises:
             VersionTaken: another commit changed records, txns or metadata first.
@@ -441,14 +449,16 @@ class DeltaPartitionLog:
             transactions.append((transaction.app_id, transaction.version))
         if not self._fenced:
             transactions = []
-        payload = log_commit.append_commit(written.add, transactions, now_ms)
         for _ in range(REARRANGEMENT_STEPS_MAX):
+            merge = self._usable_merge()
+            rewrite = () if merge is None else merge.actions()
+            payload = log_commit.append_commit(written.add, transactions, now_ms, rewrite)
             version = self._snapshot.table_version + 1
             started = time.monotonic()
             if self._put_commit(version, payload):
                 self._check_not_shadowed(version, written.data_file.path)
                 self._latest_known_at = started
-                return payload
+                return payload, merge
             if not self._fenced:
                 self._blind_rebase(version)
                 continue
@@ -513,12 +523,24 @@ class DeltaPartitionLog:
             return True
 
     def _advance(
-        self, before: LogSnapshot, data_file: DataFile, table: pa.Table, payload: bytes
+        self,
+        before: LogSnapshot,
+        data_file: DataFile,
+        table: pa.Table,
+        payload: bytes,
+        merge: PreparedMerge | None = None,
     ) -> None:
-        """The snapshot after our own commit: one more version, file and tail chunk."""
+        """The snapshot after our own commit: one more version, file and tail chunk (and the
+        small-file merge it carried)."""
         if not self._fenced:
             self.reload()  # control runs: other writers' files may have come in between
             return
+        files = before.files
+        if merge is not None:
+            if self._merge is merge:
+                self._merge = None
+            kept = [f for f in files if f.path not in merge.removed_paths]
+            files = tuple(sorted([*kept, merge.written.data_file], key=lambda f: f.min_offset))
         after = _committed(before, before.table_version + 1, payload)
         written = self._housekeeper.written  # tombstones up to it need not stay in memory
         if written is not None and after.state is not None:
@@ -526,7 +548,7 @@ class DeltaPartitionLog:
         self._snapshot = dataclasses.replace(
             after,
             high_watermark=data_file.max_offset + 1,
-            files=(*before.files, data_file),
+            files=(*files, data_file),
             tail=self._next_tail(before.tail, data_file.min_offset, table),
         )
 
@@ -545,23 +567,76 @@ class DeltaPartitionLog:
     # ---- housekeeping ----------------------------------------------------------------------
 
     def housekeeping(self) -> int:
-        """Keep the table cheap to commit to: merge small files, checkpoint, trim the log
-        (housekeeping.Housekeeper). Safe in another thread while this log appends: it reads
-        the writer's snapshot and never replaces it.
+        """Keep the table cheap to commit to: checkpoint and trim the log, and write the
+        merged file of the first run of small files (housekeeping.Housekeeper), which the
+        writer commits with its next append, or alone when idle (`commit_pending_merge`):
+        committing it here would race the appends for every version. Safe in another thread
+        while this log appends: it reads the writer's snapshot and never replaces it.
 
         Returns:
-            The number of data files merged away.
+            The number of data files whose merge is now pending.
         """
         if not self._fenced:
             return 0  # control runs: the table shows exactly what unfenced writers did
-        reloads, held = self._reloads, self._held
+        snapshot = self._snapshot
+        self._housekeeper.checkpoint_if_due(snapshot)
+        if self._merge is not None:
+            return 0
+        try:
+            merge = self._housekeeper.prepare_merge(snapshot)
+        except (OSError, StorageError):
+            return 0  # retried on the next pass
+        if merge is None:
+            return 0
+        self._merge = merge
+        return len(merge.removed_paths)
 
-        def head() -> LogSnapshot | None:  # the writer's, while only its appends came since
-            if self._reloads != reloads or self._held != held or self.leader() != held:
-                return None
-            return self._snapshot
+    @property
+    def merge_pending(self) -> bool:
+        return self._merge is not None
 
-        return self._housekeeper.run(self._snapshot, held, head)
+    def commit_pending_merge(self) -> int:
+        """Commit the pending small-file merge on its own (the writer is idle); the number
+        of files it replaced, 0 if there was none or another commit came first (then it is
+        dropped and planned again by a later pass). Writer thread only."""
+        merge = self._usable_merge()
+        if merge is None:
+            return 0
+        self._merge = None
+        payload = log_commit.rewrite_commit(
+            add=merge.written.add, removes=list(merge.removes), timestamp_ms=_now_ms()
+        )
+        version = self._snapshot.table_version + 1
+        if not self._put_commit(version, payload):
+            delete_uncommitted(self._store, [merge.written])
+            return 0
+        if self._may_be_below_checkpoint(version):  # paused past the log grace
+            self.reload()
+            return len(merge.removed_paths)
+        change = log_commit.as_rearrangement(log_commit.parse_commit(payload))
+        self._snapshot = rearranged(self._snapshot, version, change)
+        return len(merge.removed_paths)
+
+    def _usable_merge(self) -> PreparedMerge | None:
+        """The pending merge if its files are all still live (retention or compaction may
+        have removed some since: then it is dropped and its file deleted)."""
+        merge = self._merge
+        if merge is None or not self._fenced:
+            return None
+        live = {f.path for f in self._snapshot.files}
+        if merge.removed_paths <= live:
+            return merge
+        if self._merge is merge:
+            self._merge = None
+        delete_uncommitted(self._store, [merge.written])
+        return None
+
+    def _forget_merge_if_committed(self) -> None:
+        merge = self._merge
+        if merge is not None and any(
+            f.path == merge.written.data_file.path for f in self._snapshot.files
+        ):
+            self._merge = None
 
     def maybe_compact_files(self) -> int:
         """Housekeeping's small-file merge, run on this log's own snapshot and applied to it
@@ -667,6 +742,10 @@ class DeltaPartitionLog:
         return all(f.path not in live for f in removes) and all(
             item.data_file.path in live for item in written
         )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _committed(snapshot: LogSnapshot, version: int, payload: bytes) -> LogSnapshot:
