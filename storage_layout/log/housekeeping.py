@@ -2,9 +2,10 @@
 checkpoints written, old log entries trimmed.
 
 A commit's cost grows with the files in the table, and every commit is a file in `_delta_log`;
-on an object store each is also a request. So the writer's background pass merges runs of small
-files (a rearrangement: `dataChange=false`, no record changes, appends step over it), checkpoints
-every CHECKPOINT_INTERVAL versions, and deletes log entries older than the previous checkpoint.
+on an object store each is also a request. So the writer's background pass writes the merged
+file of a run of small files (`dataChange=false`, no record changes; the writer commits it with
+its next append: PreparedMerge), checkpoints every CHECKPOINT_INTERVAL versions from memory, and
+deletes log entries older than the previous checkpoint.
 """
 
 from __future__ import annotations
