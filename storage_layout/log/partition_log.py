@@ -110,6 +110,7 @@ class DeltaPartitionLog:
         self._store = open_store(table_uri)
         self._log = self._store.child(log_commit.LOG_DIR)
         self._tail_records_max = tail_records_max
+        self._tail_rows: tuple[tuple[TailChunk, ...], int] = ((), 0)  # (a tail, its rows)
         # Every commit this writer makes or follows advances the snapshot and its TableState
         # (the Delta actions a checkpoint holds): the table is read again only by `reload`.
         self._snapshot = snapshot_from_state(state, table_uri, fenced)
@@ -556,13 +557,19 @@ class DeltaPartitionLog:
         if self._tail_records_max <= 0:
             return ()
         chunks = [*tail, TailChunk(base_offset, table)]
-        rows = sum(chunk.records.num_rows for chunk in chunks)
+        # The row count of `tail` is remembered from the last call (summing up to 256 chunks
+        # on every commit was a twentieth of a commit's CPU).
+        known_tail, known_rows = self._tail_rows
+        rows = known_rows if known_tail is tail else sum(c.records.num_rows for c in tail)
+        rows += table.num_rows
         while len(chunks) > 1 and (
             rows - chunks[0].records.num_rows >= self._tail_records_max
             or len(chunks) > TAIL_COMMITS_MAX
         ):
             rows -= chunks.pop(0).records.num_rows
-        return tuple(chunks)
+        result = tuple(chunks)
+        self._tail_rows = (result, rows)
+        return result
 
     # ---- housekeeping ----------------------------------------------------------------------
 
