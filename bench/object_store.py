@@ -2,15 +2,18 @@
 requests and failover, against a local-disk baseline measured in the same run.
 
 Setup: moto's S3 server on loopback (tests/s3_server.py) behind a latency proxy (this file, run
-as a child process with --serve-proxy). The gateway's AWS_ENDPOINT_URL points at the proxy. The
-proxy reads each request whole, forwards it to moto (which closes every connection: one upstream
-connection per request; the gateway's own connection to the proxy stays alive, as with S3),
-and answers no earlier than `received + delay`, the delay drawn per request from the profile
-(lognormal, given by median and p99; moto's own service time counts inside the delay, and a
-response goes when moto answers if moto is slower). Headers (If-None-Match included) and the
-status (412 included) pass unchanged; only `Connection` is rewritten. It counts requests by kind
-(GET, HEAD, PUT, POST, DELETE, LIST = GET with ?list-type), by object category (Delta log JSON,
-Parquet, node records, ...) and by status, and body bytes each way.
+as a child process with --serve-proxy), or with `--backend memory` an in-memory S3 endpoint in
+the proxy's own process (bench/memory_s3.py: moto costs ~15 ms a request on two busy cores,
+more than the S3 Express profile itself). The gateway's AWS_ENDPOINT_URL points at the proxy.
+The proxy reads each request whole, forwards it to moto (which closes every connection: one
+upstream connection per request; the gateway's own connection to the proxy stays alive, as
+with S3) or answers it from memory, and answers no earlier than `received + delay`, the delay
+drawn per request from the profile (lognormal, given by median and p99; the backend's own
+service time counts inside the delay, and a response goes when the backend answers if it is
+slower). Headers (If-None-Match included) and the status (412 included) pass unchanged; only
+`Connection` is rewritten. It counts requests by kind (GET, HEAD, PUT, POST, DELETE, LIST =
+GET with ?list-type), by object category (Delta log JSON, Parquet, node records, ...) and by
+status, and body bytes each way.
 
 Profiles (median / p99 ms):
   s3-standard  PUT, POST 20 / 60; GET, HEAD, DELETE 15 / 45; LIST 20 / 60
@@ -44,8 +47,8 @@ Per store (a fresh bucket, or directory, each):
 
 Store requests per second are the proxy's counts over a run minus the idle rate times its length.
 
-Usage: .venv/bin/python bench/object_store.py [--duration-s S] [--profiles a,b] [--no-local]
-           [--default-lease] [--json out.json]
+Usage: .venv/bin/python bench/object_store.py [--backend moto|memory] [--duration-s S]
+           [--profiles a,b] [--no-local] [--default-lease] [--json out.json]
 Progress goes to stderr, the Markdown report to stdout. About 8 minutes with the defaults.
 """
 
@@ -1225,7 +1228,7 @@ def render(all_results: list[StoreResults], goals: list[str]) -> list[str]:
         out += [
             "",
             "Store response time as the gateway saw it, mean ms by kind over the produce and "
-            "max runs (drawn delay / moto's own time through the proxy / answered after):",
+            "max runs (drawn delay / the backend's own time through the proxy / answered after):",
             "",
         ]
         for results in object_results:
@@ -1427,7 +1430,12 @@ def main(argv: list[str] | None = None) -> int:
             machine,
             command=command,
             code_details=(
-                "store: moto_server (S3 API, in memory) on loopback behind this bench's latency "
+                (
+                    "store: bench/memory_s3.py (in the proxy's process)"
+                    if args.backend == MEMORY_BACKEND
+                    else "store: moto_server (S3 API, in memory) on loopback"
+                )
+                + " behind this bench's latency "
                 "proxy; profiles median/p99 ms: "
                 + "; ".join(
                     f"{name} "
