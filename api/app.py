@@ -18,6 +18,7 @@ from api.routes import (
     v2_topics,
     v3_acls,
     v3_groups,
+    v3_maintenance,
     v3_producers,
     v3_records,
     v3_topics,
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         v3_producers,
         v3_groups,
         v3_acls,
+        v3_maintenance,
         internal,
     )
     for module in routers:

@@ -89,6 +89,11 @@ def _add_serve(commands) -> None:
     serve.add_argument(
         "--access-log", action="store_true", help="log every request (off: it costs throughput)"
     )
+    serve.add_argument(
+        "--no-maintenance",
+        action="store_true",
+        help="do not run retention, compaction, file optimization and vacuum in this node",
+    )
     serve.set_defaults(handler=_serve)
 
 
@@ -195,6 +200,19 @@ def _add_groups(commands) -> None:
 # ---- serve ---------------------------------------------------------------------------------
 
 
+def _log_to_stderr(level: str) -> None:
+    """lakelog's own loggers (leadership, maintenance runs, writer warnings) on stderr, beside
+    uvicorn's, at the serve command's log level."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("lakelog")
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
 def _serve(args) -> int:
     import uvicorn
 
@@ -210,6 +228,7 @@ def _serve(args) -> int:
         port=args.port,
         node_id=args.node_id,
         advertised_url=args.advertised_url,
+        maintenance=False if args.no_maintenance else None,
     )
     try:
         store.configure(settings.storage_options)
@@ -218,6 +237,7 @@ def _serve(args) -> int:
         print(f"lakelog serve: {error}", file=sys.stderr)
         return EXIT_USAGE
     print(f"lakelog {VERSION}: serving {settings.data_dir} on {settings.url}", file=sys.stderr)
+    _log_to_stderr(args.log_level)
     uvicorn.run(
         create_app(settings),
         host=settings.host,

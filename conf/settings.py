@@ -109,8 +109,11 @@ class Settings(BaseSettings):
     quota_produce_bytes_per_s: int | None = Field(default=None, gt=0)
     quota_fetch_bytes_per_s: int | None = Field(default=None, gt=0)
 
-    # Maintenance jobs (`lakelog jobs schedule`): how often each runs (Kafka's
-    # log.retention.check.interval.ms is 5 min), and what vacuum keeps (Delta's 7 days).
+    # Maintenance jobs, run by every gateway for the partitions it is the preferred node of
+    # (off: LAKELOG_MAINTENANCE=false, `lakelog serve --no-maintenance`) and by `lakelog jobs
+    # schedule`: how often each runs (Kafka's log.retention.check.interval.ms is 5 min), and
+    # what vacuum keeps (Delta's 7 days).
+    maintenance: bool = True
     retention_interval_ms: int = Field(default=300_000, gt=0)
     compact_keys_interval_ms: int = Field(default=300_000, gt=0)
     optimize_files_interval_ms: int = Field(default=3_600_000, gt=0)

@@ -28,6 +28,7 @@ from api.broker.errors import (
 )
 from api.broker.follower_reads import FollowerReads
 from api.broker.leaders import Leaders, Route
+from api.broker.scheduled_jobs import ScheduledJobs
 from api.broker.writer import FOREIGN_CHECK_INTERVAL_MS, BatchAck, CommitLimits
 from conf.settings import Settings
 from storage_layout import paths, store
@@ -136,6 +137,8 @@ class Broker:
         self.groups = None  # GroupCoordinator, once started
         self.consumers = None  # ConsumerInstances (REST v2 consumers), once started
         self._maintenance: asyncio.Task | None = None
+        self.scheduled_jobs: ScheduledJobs | None = None  # in-gateway maintenance, if on
+        self._scheduled: asyncio.Task | None = None
         self._http: httpx.AsyncClient | None = None
         self._round_robin: dict[str, RoundRobin] = {}
         self._closing = False
@@ -170,6 +173,24 @@ class Broker:
         )
         await self._start_groups()
         self._maintenance = asyncio.get_running_loop().create_task(self._maintain_forever())
+        if self.settings.maintenance:
+            self.scheduled_jobs = ScheduledJobs(
+                root=self.root,
+                settings=self.settings,
+                node_id=self.cluster.node_id,
+                topics=self.list_topics,
+                preferred=self.cluster.preferred,
+                blocking=self._blocking,
+                committed=self._after_maintenance_commit,
+            )
+            self._scheduled = asyncio.get_running_loop().create_task(
+                self.scheduled_jobs.run_forever()
+            )
+
+    async def _after_maintenance_commit(self, topic: str, partition: int) -> None:
+        writer = self.leaders.writer_here(topic, partition)
+        if writer is not None:
+            writer.request_catch_up()
 
     async def _start_groups(self) -> None:
         # Imported here: the group layer builds on the broker (it reads partitions through it).
@@ -206,6 +227,9 @@ class Broker:
         self._closing = True
         if self._maintenance is not None:
             self._maintenance.cancel()
+        if self._scheduled is not None:
+            self._scheduled.cancel()
+            await asyncio.gather(self._scheduled, return_exceptions=True)
         if self.groups is not None:
             await self.groups.close()
         if self.leaders is not None:

@@ -106,6 +106,11 @@ class Leaders:
             raise NotLeader(f"No live leader for {topic}/{partition} yet; retry shortly.")
         return Route(None, hinted, url)
 
+    def writer_here(self, topic: str, partition: int) -> PartitionWriter | None:
+        """This node's live writer of the partition, if it has one (no take-over)."""
+        writer = self._writers.get((topic, partition))
+        return None if writer is None or writer.deposed else writer
+
     def _fresh_hint(self, key: PartitionKey) -> int | None:
         hint = self._hints.get(key)
         if hint is None:

@@ -179,6 +179,14 @@ class PartitionWriter:
         self._catch_up_requested = True
         self._wakeup.set()
 
+    def request_catch_up(self) -> None:
+        """Have the writer task follow other writers' commits now (a maintenance job of this
+        node just committed): readers then see what the table holds without waiting for the
+        next foreign-commit check."""
+        self._catch_up_asked_at = time.monotonic()
+        self._catch_up_requested = True
+        self._wakeup.set()
+
     async def _catch_up(self) -> bool:
         """Load other writers' commits; True if there were any (then the producer state is
         rebuilt from the table when next needed)."""

@@ -134,6 +134,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", V3_GROUP + "/lag-summary"): group("DESCRIBE"),
     # ACLs (Kafka: DescribeAcls = DESCRIBE cluster, Create/DeleteAcls = ALTER cluster)
     ("GET", V3 + "/acls"): cluster("DESCRIBE"),
+    ("GET", V3 + "/maintenance"): cluster("DESCRIBE"),
     ("POST", V3 + "/acls"): cluster("ALTER"),
     ("DELETE", V3 + "/acls"): cluster("ALTER"),
     # node to node
