@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from api.deps import BrokerDep, SettingsDep, base_url
+from api.deps import BrokerDep, base_url
 from api.errors import ApiError
 from api.routes.v2_topics import leader_id
 from api.security import access
@@ -53,24 +53,25 @@ def check_cluster(cluster_id: str, settings: Settings) -> None:
         )
 
 
-def _cluster_data(url: str, cluster_id: str) -> dict:
+def _cluster_data(url: str, cluster_id: str, live_nodes: list[int], acls: bool) -> dict:
+    """The cluster with links to what this gateway serves (ACLs only with the ACL authorizer;
+    no broker configs: lakelog has none a client could change)."""
     self_url = f"{url}/v3/clusters/{cluster_id}"
-    related = {
-        name: {"related": f"{self_url}/{path}"}
-        for name, path in (
-            ("brokers", "brokers"),
-            ("topics", "topics"),
-            ("consumer_groups", "consumer-groups"),
-            ("broker_configs", "broker-configs"),
-            ("acls", "acls"),
-            ("partition_reassignments", "topics/-/partitions/-/reassignment"),
-        )
-    }
+    paths = [
+        ("brokers", "brokers"),
+        ("topics", "topics"),
+        ("consumer_groups", "consumer-groups"),
+        ("partition_reassignments", "topics/-/partitions/-/reassignment"),
+    ]
+    if acls:
+        paths.append(("acls", "acls"))
+    related = {name: {"related": f"{self_url}/{path}"} for name, path in paths}
     return {
         "kind": "KafkaCluster",
         "metadata": {"self": self_url, "resource_name": f"crn:///kafka={cluster_id}"},
         "cluster_id": cluster_id,
-        "controller": {"related": f"{self_url}/brokers/0"},
+        # Leadership needs no controller: the lowest live node stands in for one.
+        "controller": {"related": f"{self_url}/brokers/{min(live_nodes)}"},
         **related,
     }
 
@@ -133,16 +134,22 @@ def _list(kind: str, self_url: str, data: list) -> dict:
 
 
 @router.get("/clusters", summary="The one cluster this gateway serves")
-async def list_clusters(request: Request, settings: SettingsDep) -> dict:
+async def list_clusters(request: Request, broker: BrokerDep) -> dict:
+    settings = broker.settings
     url = base_url(request, settings)
-    data = [_cluster_data(url, settings.cluster_id)]
+    data = [_cluster_data(url, settings.cluster_id, broker.cluster.live_nodes(), _acls(broker))]
     return _list("KafkaClusterList", f"{url}/v3/clusters", data)
 
 
 @router.get("/clusters/{cluster_id}", summary="Cluster")
-async def get_cluster(cluster_id: str, request: Request, settings: SettingsDep) -> dict:
-    check_cluster(cluster_id, settings)
-    return _cluster_data(base_url(request, settings), cluster_id)
+async def get_cluster(cluster_id: str, request: Request, broker: BrokerDep) -> dict:
+    check_cluster(cluster_id, broker.settings)
+    url = base_url(request, broker.settings)
+    return _cluster_data(url, cluster_id, broker.cluster.live_nodes(), _acls(broker))
+
+
+def _acls(broker) -> bool:
+    return broker.settings.authorizer == "acl"
 
 
 @router.get("/clusters/{cluster_id}/topics", summary="List topics")
@@ -233,6 +240,22 @@ async def list_configs(cluster_id: str, topic: str, request: Request, broker: Br
     return _list(
         "KafkaTopicConfigList", f"{url}/v3/clusters/{cluster_id}/topics/{topic}/configs", data
     )
+
+
+@router.get("/clusters/{cluster_id}/topics/{topic}/configs/{name}", summary="One topic config")
+async def get_config(
+    cluster_id: str, topic: str, name: str, request: Request, broker: BrokerDep
+) -> dict:
+    check_cluster(cluster_id, broker.settings)
+    info = await broker.topic(topic)
+    configs = info.config.to_mapping()
+    if name not in configs:
+        raise ApiError(
+            404,
+            40403,
+            f"Topic config '{name}' does not exist; known: {', '.join(sorted(configs))}.",
+        )
+    return _config_data(base_url(request, broker.settings), cluster_id, info, name, configs[name])
 
 
 @router.post(
