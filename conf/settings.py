@@ -109,6 +109,28 @@ class Settings(BaseSettings):
     quota_produce_bytes_per_s: int | None = Field(default=None, gt=0)
     quota_fetch_bytes_per_s: int | None = Field(default=None, gt=0)
 
+    # Cluster-wide defaults for topic configs (Kafka's log.retention.ms, log.segment.bytes,
+    # ...), used by topics that do not set their own. A gateway stores the ones set here in the
+    # root (_meta/topic_defaults.json) at start, so jobs and Spark resolve configs the same way.
+    default_retention_ms: int | None = Field(default=None, ge=-1)
+    default_retention_bytes: int | None = Field(default=None, ge=-1)
+    default_cleanup_policy: str | None = None
+    default_segment_bytes: int | None = Field(default=None, ge=14)
+    default_segment_ms: int | None = Field(default=None, ge=1)
+    default_max_message_bytes: int | None = Field(default=None, ge=0)
+    default_message_timestamp_type: str | None = None
+    default_delete_retention_ms: int | None = Field(default=None, ge=0)
+    default_min_compaction_lag_ms: int | None = Field(default=None, ge=0)
+
+    def topic_defaults(self) -> dict[str, object]:
+        """The cluster-wide topic config defaults set here, by Kafka topic config name."""
+        prefix = "default_"
+        return {
+            name.removeprefix(prefix).replace("_", "."): value
+            for name, value in self.model_dump().items()
+            if name.startswith(prefix) and value is not None
+        }
+
     # Maintenance jobs, run by every gateway for the partitions it is the preferred node of
     # (off: LAKELOG_MAINTENANCE=false, `lakelog serve --no-maintenance`) and by `lakelog jobs
     # schedule`: how often each runs (Kafka's log.retention.check.interval.ms is 5 min), and

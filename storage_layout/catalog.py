@@ -10,11 +10,13 @@ serializes writers); several processes and nodes are serialized by the CAS.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from deltalake import CommitProperties, Transaction, write_deltalake
@@ -31,7 +33,14 @@ from storage_layout.errors import (
 from storage_layout.log import DeltaPartitionLog
 from storage_layout.schema import TIMESTAMP_TYPE
 from storage_layout.store import open_store
-from storage_layout.topic_config import TopicConfig, validate_topic_name
+from storage_layout.topic_config import (
+    TopicConfig,
+    normalized,
+    overrides_of,
+    resolved,
+    validate_topic_name,
+)
+from storage_layout.topic_defaults import read_topic_defaults
 
 TOPICS_TABLE = "topics"
 PARTITIONS_MAX = 10_000
@@ -59,8 +68,12 @@ class TopicInfo:
     topic_id: str
     version: int
     partitions: int
-    config: TopicConfig
+    config: TopicConfig  # resolved: overrides, then cluster defaults, then Kafka's
     state: str = STATE_ACTIVE
+    # The configs set on the topic itself (Kafka names, as strings) and the cluster-wide
+    # defaults in force when it was read: what the admin APIs report as sources.
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    defaults: Mapping[str, str] = field(default_factory=dict)
 
     def check_partition(self, partition: int) -> None:
         if not 0 <= partition < self.partitions:
@@ -81,9 +94,22 @@ class TopicCatalog:
     # ---- reads -----------------------------------------------------------------------------
 
     def topics(self) -> dict[str, TopicInfo]:
-        """Active topics by name, as of the latest catalog version."""
+        """Active topics by name, as of the latest catalog version, resolved with the
+        cluster-wide defaults stored now (one more small read)."""
+        defaults = self._defaults()
         with self._lock:
-            return {n: t for n, t in self._latest().items() if t.state == STATE_ACTIVE}
+            latest = self._latest()
+        return {
+            name: _resolved(topic, defaults)
+            for name, topic in latest.items()
+            if topic.state == STATE_ACTIVE
+        }
+
+    def _defaults(self) -> dict[str, str]:
+        try:
+            return read_topic_defaults(self.root)
+        except OSError as error:
+            raise StorageUnavailable(f"Cannot read the topic defaults: {error}") from error
 
     def topic(self, name: str) -> TopicInfo:
         topic = self.topics().get(name)
@@ -106,8 +132,16 @@ class TopicCatalog:
 
     # ---- changes ---------------------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int, config: TopicConfig) -> TopicInfo:
-        """Create the topic and its empty partition tables.
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        config: TopicConfig | None = None,
+        *,
+        overrides: Mapping[str, object] | None = None,
+    ) -> TopicInfo:
+        """Create the topic and its empty partition tables. Its configuration is `overrides`
+        (Kafka names), or the settings of `config` that differ from Kafka's defaults.
 
         Raises:
             InvalidTopic, InvalidPartitions: bad name or partition count.
@@ -120,34 +154,47 @@ class TopicCatalog:
             if previous is not None and previous.state == STATE_ACTIVE:
                 raise TopicExists(name)
             version = previous.version + 1 if previous else 1
-            topic = TopicInfo(name, uuid.uuid4().hex, version, partitions, config)
+            own = _overrides(config, overrides)
+            topic = TopicInfo(
+                name, uuid.uuid4().hex, version, partitions, TopicConfig(), overrides=own
+            )
             self._commit(topic, on_conflict=TopicExists(name))
         # Leftovers of an earlier topic with this name are garbage once the catalog says so.
         _remove_tree(paths.topic_dir(self.root, name))
         self._create_tables(name, range(partitions))
-        return topic
+        return _resolved(topic, self._defaults())
 
     def alter_topic(
-        self, name: str, *, partitions: int | None = None, config: TopicConfig | None = None
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        config: TopicConfig | None = None,
+        overrides: Mapping[str, object] | None = None,
     ) -> TopicInfo:
-        """Add partitions (never remove: Kafka's rule) and/or replace the configuration."""
+        """Add partitions (never remove: Kafka's rule) and/or replace the configuration (the
+        topic's own settings: `overrides`, or those of `config` that differ from Kafka's)."""
+        changes_config = config is not None or overrides is not None
         with self._lock:
             current = self._latest().get(name)
             if current is None or current.state != STATE_ACTIVE:
                 raise TopicNotFound(name)
             new_count = current.partitions if partitions is None else partitions
             check_partition_count(new_count)
-            if new_count < current.partitions or (partitions == current.partitions and not config):
+            if new_count < current.partitions or (
+                partitions == current.partitions and not changes_config
+            ):
                 raise InvalidPartitions(
                     f"Topic '{name}' already has {current.partitions} partitions; the count can "
                     f"only grow (requested {new_count})."
                 )
             self._create_tables(name, range(current.partitions, new_count))
+            own = _overrides(config, overrides) if changes_config else current.overrides
             topic = TopicInfo(
-                name, current.topic_id, current.version + 1, new_count, config or current.config
+                name, current.topic_id, current.version + 1, new_count, TopicConfig(), overrides=own
             )
             self._commit(topic, on_conflict=TopicNotFound(name))
-        return topic
+        return _resolved(topic, self._defaults())
 
     def delete_topic(self, name: str) -> TopicInfo:
         """Mark the topic deleted, then remove its tables."""
@@ -162,6 +209,7 @@ class TopicCatalog:
                 current.partitions,
                 current.config,
                 STATE_DELETED,
+                overrides=current.overrides,
             )
             self._commit(deleted, on_conflict=TopicNotFound(name))
         _remove_tree(paths.topic_dir(self.root, name))
@@ -199,7 +247,7 @@ def _topic_to_row(topic: TopicInfo) -> pa.Table:
         "version": [topic.version],
         "topic_id": [topic.topic_id],
         "partitions": [topic.partitions],
-        "config": [json.dumps(topic.config.to_mapping(), sort_keys=True)],
+        "config": [json.dumps({"overrides": dict(topic.overrides)}, sort_keys=True)],
         "state": [topic.state],
         "updated_at": [int(time.time() * 1_000_000)],
     }
@@ -207,10 +255,34 @@ def _topic_to_row(topic: TopicInfo) -> pa.Table:
 
 
 def _row_to_topic(row: dict) -> TopicInfo:
-    config = TopicConfig.from_mapping(json.loads(row["config"]))
+    """A catalog row; its `config` is `{"overrides": {...}}`, the topic's own settings (rows
+    written before cluster-wide defaults hold every setting, flat: those equal to Kafka's
+    defaults count as unset)."""
+    stored = json.loads(row["config"])
+    if "overrides" in stored:
+        overrides = dict(stored["overrides"])
+    else:
+        overrides = overrides_of(TopicConfig.from_mapping(stored))
     return TopicInfo(
-        row["name"], row["topic_id"], row["version"], row["partitions"], config, row["state"]
+        row["name"],
+        row["topic_id"],
+        row["version"],
+        row["partitions"],
+        TopicConfig(),
+        row["state"],
+        overrides=overrides,
     )
+
+
+def _resolved(topic: TopicInfo, defaults: Mapping[str, str]) -> TopicInfo:
+    config = resolved(topic.overrides, defaults)
+    return dataclasses.replace(topic, config=config, defaults=dict(defaults))
+
+
+def _overrides(config: TopicConfig | None, overrides: Mapping[str, object] | None):
+    if overrides is not None:
+        return normalized(overrides)
+    return overrides_of(config or TopicConfig())
 
 
 def _latest_rows(rows: list[dict]) -> dict[str, TopicInfo]:

@@ -71,11 +71,52 @@ class TopicConfig:
         return self.message_timestamp_type == "LogAppendTime"
 
 
+# Kafka's broker-level names of the cluster-wide defaults: what a topic config falls back to,
+# listed as its synonyms by the admin APIs.
+BROKER_NAMES = {
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "cleanup.policy": "log.cleanup.policy",
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+}
+
+
+def normalized(configs: Mapping[str, object]) -> dict[str, str]:
+    """Kafka-named settings validated and written as Kafka returns them (strings).
+
+    Raises:
+        InvalidConfig: an unknown name or a bad value, with what to use instead.
+    """
+    mapping = TopicConfig.from_mapping(configs).to_mapping()
+    return {name: mapping[name] for name in configs}
+
+
+def overrides_of(config: TopicConfig) -> dict[str, str]:
+    """The settings of `config` that differ from the built-in defaults."""
+    builtin = TopicConfig().to_mapping()
+    return {name: value for name, value in config.to_mapping().items() if builtin[name] != value}
+
+
+def resolved(overrides: Mapping[str, object], defaults: Mapping[str, object]) -> TopicConfig:
+    """A topic's configuration: its overrides over the cluster-wide defaults over Kafka's."""
+    return TopicConfig.from_mapping(overrides, base=TopicConfig.from_mapping(defaults))
+
+
 def _kafka_name(field: dataclasses.Field) -> str:
     return field.name.replace("_", ".")
 
 
 _FIELDS_BY_KAFKA_NAME = {_kafka_name(f): f for f in dataclasses.fields(TopicConfig)}
+
+
+def check_config_name(kafka_name: str) -> None:
+    """Raise InvalidConfig unless `kafka_name` is a supported topic config."""
+    _field_for(kafka_name)
 
 
 def _field_for(kafka_name: str) -> dataclasses.Field:

@@ -42,7 +42,14 @@ from storage_layout.partitioner import RoundRobin, choose_partition
 from storage_layout.producer_state import ProducerBatch, check_batch_shape
 from storage_layout.producers import ProducerIdAllocator, ProducerIdentity
 from storage_layout.records import AppTransaction, FetchResult, NewRecord, PartitionBounds
-from storage_layout.topic_config import TopicConfig, validate_topic_name
+from storage_layout.topic_config import (
+    TopicConfig,
+    check_config_name,
+    normalized,
+    resolved,
+    validate_topic_name,
+)
+from storage_layout.topic_defaults import read_topic_defaults, write_topic_defaults
 
 EXECUTOR_THREADS = 8
 
@@ -152,6 +159,7 @@ class Broker:
     # ---- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
+        await self._store_topic_defaults()
         self._catalog = await self._blocking(TopicCatalog, self.root)
         await self._refresh_topics()
         registry = await self._blocking(NodeRegistry, self.root)
@@ -191,6 +199,18 @@ class Broker:
         writer = self.leaders.writer_here(topic, partition)
         if writer is not None:
             writer.request_catch_up()
+
+    async def _store_topic_defaults(self) -> None:
+        """Store the cluster-wide topic defaults set in this node's environment, over the ones
+        stored (another node may have set others); a change is logged."""
+        ours = self.settings.topic_defaults()
+        if not ours:
+            return
+        stored = await self._blocking(read_topic_defaults, self.root)
+        merged = {**stored, **normalized(ours)}
+        if merged != stored:
+            await self._blocking(write_topic_defaults, self.root, merged)
+            log.info("cluster-wide topic defaults now %s (were %s)", merged, stored)
 
     async def _start_groups(self) -> None:
         # Imported here: the group layer builds on the broker (it reads partitions through it).
@@ -300,8 +320,9 @@ class Broker:
     async def create_topic(
         self, name: str, *, partitions: int, configs: Mapping[str, object]
     ) -> TopicInfo:
-        config = TopicConfig.from_mapping(configs)
-        topic = await self._blocking(self._catalog.create_topic, name, partitions, config)
+        topic = await self._blocking(
+            self._catalog.create_topic, name, partitions, overrides=configs
+        )
         await self._refresh_topics()
         return topic
 
@@ -314,18 +335,32 @@ class Broker:
         if name in self._topics:
             raise TopicExists(name)
         check_partition_count(partitions)
-        return TopicInfo(name, "", 0, partitions, TopicConfig.from_mapping(configs))
+        overrides = normalized(configs)
+        defaults = await self._blocking(read_topic_defaults, self.root)
+        config = resolved(overrides, defaults)
+        return TopicInfo(name, "", 0, partitions, config, overrides=overrides, defaults=defaults)
 
     def validate_configs(self, configs: Mapping[str, object]) -> TopicConfig:
         return TopicConfig.from_mapping(configs)
 
     async def alter_topic(
-        self, name: str, *, partitions: int | None = None, configs: Mapping[str, object] = {}
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        configs: Mapping[str, object | None] = {},
     ) -> TopicInfo:
+        """Add partitions and/or change the topic's own configs: a value sets one, None
+        removes it (the topic then follows the cluster-wide default again)."""
         current = await self.topic(name)
-        config = TopicConfig.from_mapping(configs, base=current.config) if configs else None
+        overrides = None
+        if configs:
+            overrides = {k: v for k, v in current.overrides.items() if k not in configs}
+            overrides |= {k: v for k, v in configs.items() if v is not None}
+            for removed in (k for k, v in configs.items() if v is None):
+                check_config_name(removed)
         topic = await self._blocking(
-            self._catalog.alter_topic, name, partitions=partitions, config=config
+            self._catalog.alter_topic, name, partitions=partitions, overrides=overrides
         )
         await self._refresh_topics()
         return topic

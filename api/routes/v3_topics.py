@@ -3,7 +3,7 @@ partitions and topic configs."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, Field
@@ -16,6 +16,7 @@ from api.security import access
 from api.security.rules import CLUSTER_RESOURCE_NAME
 from conf.settings import Settings
 from storage_layout.catalog import TopicInfo
+from storage_layout.topic_config import BROKER_NAMES, TopicConfig
 
 router = APIRouter(prefix="/v3", tags=["v3 topics"])
 
@@ -23,6 +24,12 @@ router = APIRouter(prefix="/v3", tags=["v3 topics"])
 class ConfigEntry(BaseModel):
     name: str
     value: str | int | None = None
+    # configs:alter only: SET (the default) or DELETE (back to the cluster-wide default)
+    operation: Literal["SET", "DELETE", "set", "delete"] | None = None
+
+
+class ConfigValue(BaseModel):
+    value: str | int
 
 
 class CreateTopic(BaseModel):
@@ -113,20 +120,42 @@ def _partition_data(url: str, cluster_id: str, topic: str, partition: int, node_
 
 
 def _config_data(url: str, cluster_id: str, topic: TopicInfo, name: str, value: str) -> dict:
+    """One config as Kafka describes it: where its value comes from (the topic's own
+    setting, the cluster-wide default, or Kafka's default) and its synonyms in precedence
+    order."""
     self_url = f"{url}/v3/clusters/{cluster_id}/topics/{topic.name}/configs/{name}"
+    synonyms = _synonyms(topic, name)
     return {
         "kind": "KafkaTopicConfig",
-        "metadata": {"self": self_url, "resource_name": None},
+        "metadata": {
+            "self": self_url,
+            "resource_name": f"crn:///kafka={cluster_id}/topic={topic.name}/config={name}",
+        },
         "cluster_id": cluster_id,
         "topic_name": topic.name,
         "name": name,
         "value": value,
-        "is_default": False,
+        "is_default": synonyms[0]["source"] == DEFAULT_CONFIG,
         "is_read_only": False,
         "is_sensitive": False,
-        "source": "DYNAMIC_TOPIC_CONFIG",
-        "synonyms": [],
+        "source": synonyms[0]["source"],
+        "synonyms": synonyms,
     }
+
+
+DEFAULT_CONFIG = "DEFAULT_CONFIG"
+_BUILTIN = TopicConfig().to_mapping()
+
+
+def _synonyms(topic: TopicInfo, name: str) -> list[dict]:
+    broker_name = BROKER_NAMES[name]
+    found = []
+    if name in topic.overrides:
+        found.append((name, topic.overrides[name], "DYNAMIC_TOPIC_CONFIG"))
+    if name in topic.defaults:
+        found.append((broker_name, topic.defaults[name], "DYNAMIC_DEFAULT_BROKER_CONFIG"))
+    found.append((broker_name, _BUILTIN[name], DEFAULT_CONFIG))
+    return [{"name": n, "value": v, "source": s} for n, v, s in found]
 
 
 def _list(kind: str, self_url: str, data: list) -> dict:
@@ -267,10 +296,37 @@ async def alter_configs(
     cluster_id: str, topic: str, body: Annotated[AlterConfigs, Body()], broker: BrokerDep
 ) -> Response:
     check_cluster(cluster_id, broker.settings)
-    configs = {entry.name: entry.value for entry in body.data}
+    configs = {
+        entry.name: None if (entry.operation or "SET").upper() == "DELETE" else entry.value
+        for entry in body.data
+    }
     await broker.topic(topic)
     if body.validate_only:
-        broker.validate_configs(configs)
+        broker.validate_configs({k: v for k, v in configs.items() if v is not None})
     else:
         await broker.alter_topic(topic, configs=configs)
+    return Response(status_code=204)
+
+
+@router.put(
+    "/clusters/{cluster_id}/topics/{topic}/configs/{name}",
+    status_code=204,
+    summary="Set one topic config",
+)
+async def set_config(
+    cluster_id: str, topic: str, name: str, body: ConfigValue, broker: BrokerDep
+) -> Response:
+    check_cluster(cluster_id, broker.settings)
+    await broker.alter_topic(topic, configs={name: body.value})
+    return Response(status_code=204)
+
+
+@router.delete(
+    "/clusters/{cluster_id}/topics/{topic}/configs/{name}",
+    status_code=204,
+    summary="Reset one topic config to the cluster-wide default",
+)
+async def reset_config(cluster_id: str, topic: str, name: str, broker: BrokerDep) -> Response:
+    check_cluster(cluster_id, broker.settings)
+    await broker.alter_topic(topic, configs={name: None})
     return Response(status_code=204)

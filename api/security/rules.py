@@ -112,6 +112,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", V3 + "/topics/{topic}/partitions/{partition}/replicas"): topic("DESCRIBE"),
     ("GET", V3 + "/topics/{topic}/partitions/{partition}/replicas/{broker_id}"): topic("DESCRIBE"),
     ("GET", V3 + "/topics/{topic}/configs/{name}"): topic("DESCRIBE_CONFIGS"),
+    ("PUT", V3 + "/topics/{topic}/configs/{name}"): topic("ALTER_CONFIGS"),
+    ("DELETE", V3 + "/topics/{topic}/configs/{name}"): topic("ALTER_CONFIGS"),
     ("GET", V3 + "/topics/{topic}/partitions/{partition}/reassignment"): topic("DESCRIBE"),
     ("GET", V3 + "/topics/{topic}/partitions/-/reassignment"): topic("DESCRIBE"),
     ("GET", V3 + "/topics/-/partitions/-/reassignment"): AUTHENTICATED,

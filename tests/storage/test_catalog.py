@@ -75,3 +75,37 @@ def test_catalog_stays_a_few_files(tmp_path):
     files = pa.table(DeltaTable(paths.meta_table_uri(str(tmp_path), "topics")).get_add_actions())
     assert files.num_rows <= META_FILES_MAX + 1
     assert sorted(TopicCatalog(str(tmp_path)).topics()) == sorted(f"t{i}" for i in range(40))
+
+
+def test_a_topic_stores_only_its_own_configs_and_reads_older_rows(tmp_path):
+    """New rows hold the topic's own settings; rows written before cluster-wide defaults hold
+    every setting, and those equal to Kafka's defaults then count as unset."""
+    import json
+    import time
+
+    from deltalake import write_deltalake
+
+    from storage_layout.catalog import CATALOG_SCHEMA
+    from storage_layout.topic_defaults import write_topic_defaults
+
+    root = str(tmp_path / "root")
+    catalog = TopicCatalog(root)
+    catalog.create_topic("own", 1, overrides={"retention.ms": "604800000"})  # = Kafka's
+    legacy = TopicConfig(segment_bytes=4096).to_mapping()  # every setting, flat
+    row = {
+        "name": ["old"],
+        "version": [1],
+        "topic_id": ["x"],
+        "partitions": [1],
+        "config": [json.dumps(legacy)],
+        "state": ["active"],
+        "updated_at": [int(time.time() * 1_000_000)],
+    }
+    write_deltalake(catalog._dt, pa.table(row, schema=CATALOG_SCHEMA), mode="append")
+    write_topic_defaults(root, {"retention.ms": 1000, "segment.bytes": 8192})
+    topics = TopicCatalog(root).topics()
+    assert topics["own"].overrides == {"retention.ms": "604800000"}
+    assert topics["own"].config.retention_ms == 604_800_000  # set explicitly: not the default
+    assert topics["own"].config.segment_bytes == 8192
+    assert topics["old"].overrides == {"segment.bytes": "4096"}
+    assert topics["old"].config.retention_ms == 1000  # unset in the old row: the default
