@@ -52,6 +52,10 @@ class TopicConfig:
     )
     delete_retention_ms: int = dataclasses.field(default=86_400_000, metadata={"min": 0})
     min_compaction_lag_ms: int = dataclasses.field(default=0, metadata={"min": 0})
+    # lakelog's own: how long `_delta_log` keeps the commits and checkpoints that Delta time
+    # travel needs (versions older than this may go; Delta's delta.logRetentionDuration).
+    # An hour keeps the directory small under continuous load (DESIGN.md's scale budget).
+    delta_log_retention_ms: int = dataclasses.field(default=3_600_000, metadata={"min": 0})
 
     @classmethod
     def from_mapping(cls, configs: Mapping[str, object], base: TopicConfig | None = None):
@@ -83,6 +87,7 @@ BROKER_NAMES = {
     "message.timestamp.type": "log.message.timestamp.type",
     "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "delta.log.retention.ms": "delta.log.retention.ms",
 }
 
 

@@ -453,7 +453,8 @@ class PartitionWriter:
         self._expired_at_ms = 0  # when idle producers were last forgotten
         self._upkeep_started = time.monotonic()
         loop = asyncio.get_running_loop()
-        self._upkeep = loop.run_in_executor(self._executor, self.log.housekeeping)
+        history_ms = self._config().delta_log_retention_ms
+        self._upkeep = loop.run_in_executor(self._executor, self.log.housekeeping, history_ms)
         self._upkeep.add_done_callback(_report_upkeep_failure)
         self._upkeep.add_done_callback(lambda _: self._wakeup.set())  # an idle merge to commit
 

@@ -61,17 +61,20 @@ class Housekeeper:
         self._store = store
         self._log = log
         self._checkpointed_version = 0
+        self._checkpoints: list[tuple[int, int]] = []  # (version, written ms) written here
+        self._trimmed_below = 0  # log entries below this version are gone
         # The last checkpoint written, (version, file names): the writer drops the tombstones
         # it holds (TableState.checkpointed). Replaced whole, so another thread may read it.
         self.written: tuple[int, tuple[str, ...]] | None = None
 
-    def checkpoint_if_due(self, snapshot: LogSnapshot) -> None:
+    def checkpoint_if_due(self, snapshot: LogSnapshot, history_ms: int = 0) -> None:
         """Checkpoint `snapshot` and trim the log when CHECKPOINT_INTERVAL versions passed
-        since the last checkpoint; a failure is retried on the next pass."""
+        since the last checkpoint, keeping `history_ms` of versions for time travel; a failure
+        is retried on the next pass."""
         if snapshot.table_version - self._checkpointed_version < CHECKPOINT_INTERVAL:
             return
         try:
-            self._checkpoint_and_trim(snapshot)
+            self._checkpoint_and_trim(snapshot, history_ms)
         except (OSError, StorageError, UnreadableLog):
             pass
 
@@ -135,7 +138,7 @@ class Housekeeper:
                 tables.append(read_whole_file(self._store, data_file))
         return tables
 
-    def _checkpoint_and_trim(self, snapshot: LogSnapshot) -> None:
+    def _checkpoint_and_trim(self, snapshot: LogSnapshot, history_ms: int) -> None:
         """Checkpoint the writer's snapshot from memory (no read of the log: on an object
         store, delta-rs's checkpoint read every commit since the previous one four times),
         then trim the log below the previous checkpoint."""
@@ -145,27 +148,38 @@ class Housekeeper:
         if self.written is not None:  # the writer may not have rebased on it yet
             state = state.checkpointed(*self.written)
         self.written = write_checkpoint(self._log, state)
+        self._checkpoints.append((snapshot.table_version, int(time.time() * 1000)))
         previous, self._checkpointed_version = self._checkpointed_version, snapshot.table_version
         if previous > 0:
-            self._delete_log_entries_before(previous)
+            self._delete_log_entries_before(previous, history_ms)
 
-    def _delete_log_entries_before(self, keep_from_version: int) -> None:
+    def _delete_log_entries_before(self, keep_from_version: int, history_ms: int = 0) -> None:
         """Delta's own log cleanup, bounded by count as well as time: commits and checkpoints
-        older than the previous checkpoint once LOG_GRACE_MS old, and leftover temporaries."""
-        cutoff_ms = int(time.time() * 1000) - LOG_GRACE_MS
+        below the previous checkpoint and below the newest checkpoint older than the history
+        kept (max(LOG_GRACE_MS, history_ms)): every version younger than that can still be
+        read (time travel) from that checkpoint and the commits after it. Also leftover
+        temporaries."""
+        cutoff_ms = int(time.time() * 1000) - max(LOG_GRACE_MS, history_ms)
         # Temporaries: commits that crashed before they were linked (local stores only).
         doomed = [t.name for t in self._log.list_temporaries() if t.modified_ms < cutoff_ms]
-        for stored in self._log.list():
-            name = stored.name
-            head = name.split(".", 1)[0]
-            if not (head.isdigit() and (name.endswith(".json") or ".checkpoint." in name)):
-                continue
-            if int(head) < keep_from_version and stored.modified_ms < cutoff_ms:
-                doomed.append(name)
+        old = [version for version, written_ms in self._checkpoints if written_ms < cutoff_ms]
+        floor = min(keep_from_version, max(old, default=0))
+        self._checkpoints = [c for c in self._checkpoints if c[0] >= floor]
+        if floor > self._trimmed_below:
+            # Listed from the oldest entry and only up to the floor: with an hour of history
+            # kept, the directory can hold hundreds of thousands of commits.
+            below = self._log.list_below(log_commit.commit_name(floor))
+            doomed += [stored.name for stored in below if _is_log_entry(stored.name)]
+            self._trimmed_below = floor
         self._log.delete_many(doomed)
 
 
 Head = Callable[[], LogSnapshot | None] | None
+
+
+def _is_log_entry(name: str) -> bool:
+    head = name.split(".", 1)[0]
+    return head.isdigit() and (name.endswith(".json") or ".checkpoint." in name)
 
 
 def _past_the_head(version: int, removed: set[str], head: Head) -> int:

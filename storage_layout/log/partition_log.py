@@ -573,12 +573,14 @@ class DeltaPartitionLog:
 
     # ---- housekeeping ----------------------------------------------------------------------
 
-    def housekeeping(self) -> int:
+    def housekeeping(self, history_ms: int = 0) -> int:
         """Keep the table cheap to commit to: checkpoint and trim the log, and write the
         merged file of the first run of small files (housekeeping.Housekeeper), which the
         writer commits with its next append, or alone when idle (`commit_pending_merge`):
-        committing it here would race the appends for every version. Safe in another thread
-        while this log appends: it reads the writer's snapshot and never replaces it.
+        committing it here would race the appends for every version. The log keeps
+        `history_ms` of versions for Delta time travel (topic config delta.log.retention.ms).
+        Safe in another thread while this log appends: it reads the writer's snapshot and
+        never replaces it.
 
         Returns:
             The number of data files whose merge is now pending.
@@ -586,7 +588,7 @@ class DeltaPartitionLog:
         if not self._fenced:
             return 0  # control runs: the table shows exactly what unfenced writers did
         snapshot = self._snapshot
-        self._housekeeper.checkpoint_if_due(snapshot)
+        self._housekeeper.checkpoint_if_due(snapshot, history_ms)
         if self._merge is not None:
             return 0
         try:

@@ -135,7 +135,7 @@ def read_state(log: Store, table_uri: str) -> TableState:
         UnreadableLog: a checkpoint cannot be decoded, or commits are missing.
         OSError: the store could not be read (retriable).
     """
-    listed = log.list()
+    listed = _listed_from_hint(log)
     commits = _versions(listed, _COMMIT_NAME)
     checkpoint = _newest_checkpoint(listed)
     if checkpoint is None and not commits:
@@ -152,6 +152,22 @@ def read_state(log: Store, table_uri: str) -> TableState:
     if state is None:
         raise UnreadableLog(f"{table_uri}: no commit 0 and no checkpoint")
     return state
+
+
+def _listed_from_hint(log: Store) -> list[StoredObject]:
+    """The log from the checkpoint `_last_checkpoint` names on (object stores list only that
+    far: the log may keep an hour of commits for time travel), or all of it when the hint is
+    missing, unreadable or names a checkpoint that is not there."""
+    try:
+        hinted = log_commit.last_checkpoint_version(log)
+    except (ValueError, KeyError, TypeError):
+        hinted = -1
+    if hinted >= 0:
+        listed = log.list_after(f"{hinted - 1:020d}.~")
+        found = _newest_checkpoint(listed)
+        if found is not None and found[0] >= hinted:
+            return listed
+    return log.list()
 
 
 def read_newer(log: Store, state: TableState, table_uri: str) -> TableState:

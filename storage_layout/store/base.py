@@ -81,6 +81,16 @@ class Store(ABC):
     def delete(self, path: str) -> None:
         """Delete `path`; a missing one is fine."""
 
+    def list_after(self, start_after: str, directory: str = "") -> list[StoredObject]:
+        """The objects in `directory` named after `start_after`, sorted (object stores start
+        the listing there: a `_delta_log` keeping an hour of commits is not read whole)."""
+        return [item for item in self.list(directory) if item.name > start_after]
+
+    def list_below(self, bound: str, directory: str = "") -> list[StoredObject]:
+        """The objects in `directory` named before `bound`, sorted (object stores stop the
+        listing there)."""
+        return [item for item in self.list(directory) if item.name < bound]
+
     def delete_many(self, paths: list[str]) -> None:
         """Delete each of `paths` (missing ones are fine); object stores take them in bulk
         (one request per thousand on S3)."""

@@ -137,6 +137,39 @@ class ObjectStore(Store):
         ]
         return sorted(found, key=lambda item: item.name)
 
+    def list_after(self, start_after: str, directory: str = "") -> list[StoredObject]:
+        prefix = self._key(directory) + "/" if self._key(directory) else ""
+        return [
+            item
+            for item in self._stream(directory, offset=prefix + start_after)
+            if item.name > start_after
+        ]
+
+    def list_below(self, bound: str, directory: str = "") -> list[StoredObject]:
+        found = []
+        for item in self._stream(directory):
+            if item.name >= bound:
+                break  # listed in name order: the rest is above too
+            found.append(item)
+        return found
+
+    def _stream(self, directory: str, offset: str | None = None):
+        """The objects directly in `directory` in name order, a page at a time."""
+        key = self._key(directory)
+        prefix = key + "/" if key else ""
+        try:
+            for chunk in obstore.list(self._client, prefix or None, offset=offset, chunk_size=1000):
+                for meta in chunk:
+                    name = meta["path"][len(prefix) :]
+                    if "/" not in name:
+                        yield StoredObject(
+                            name, meta["size"], int(meta["last_modified"].timestamp() * 1000)
+                        )
+        except (FileNotFoundError, obstore_errors.NotFoundError):
+            return
+        except Exception as error:  # noqa: BLE001
+            raise _translate(error, self.uri, directory) from error
+
     def delete(self, path: str) -> None:
         try:
             obstore.delete(self._client, self._key(path))
