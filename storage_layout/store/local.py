@@ -74,13 +74,24 @@ class LocalStore(Store):
         return os.path.exists(self._full(path))
 
     def list(self, directory: str = "") -> list[StoredObject]:
+        return self._listed(directory, lambda name: True)
+
+    def list_after(self, start_after: str, directory: str = "") -> list[StoredObject]:
+        return self._listed(directory, lambda name: name > start_after)
+
+    def list_below(self, bound: str, directory: str = "") -> list[StoredObject]:
+        return self._listed(directory, lambda name: name < bound)
+
+    def _listed(self, directory: str, wanted) -> list[StoredObject]:
+        """The files in `directory` whose names are `wanted`, sorted; only those are
+        stat'ed (a `_delta_log` keeping an hour of commits holds hundreds of thousands)."""
         try:
             entries = list(os.scandir(self._full(directory)))
         except (FileNotFoundError, NotADirectoryError):
             return []
         found = []
         for entry in entries:
-            if is_temporary(entry.name):
+            if is_temporary(entry.name) or not wanted(entry.name):
                 continue
             try:
                 if not entry.is_file():
