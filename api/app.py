@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 from fastapi import Depends, FastAPI
 
 from api.broker.broker import Broker
 from api.errors import install_error_handlers
+from api.groups.instances import ConsumerInstances
 from api.limits import BodyLimitMiddleware
 from api.routes import (
     groups,
@@ -43,9 +45,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await security.start()
         if security.cluster_secret is not None:  # requests to other nodes carry a signature
             install_signing(broker.http, security.cluster_secret, settings.node_id)
+        # REST consumer instances are this front-end's: the broker core knows only groups.
+        consumers = ConsumerInstances(
+            broker,
+            broker.groups,
+            instance_timeout_ms=settings.consumer_instance_timeout_ms,
+            request_timeout_max_ms=settings.fetch_timeout_ms_max,
+        )
+        app.state.consumers = consumers
+        expiry = asyncio.get_running_loop().create_task(
+            consumers.expire_idle_forever(settings.heartbeat_ms / 1000)
+        )
         try:
             yield
         finally:
+            expiry.cancel()
             await broker.close()
 
     app = FastAPI(

@@ -271,7 +271,7 @@ def _client(args) -> httpx.Client:
     # LAKELOG_API_KEY (`<key_id>.<secret>`, as `lakelog api-keys create` prints it).
     # With TLS, the server is verified against LAKELOG_TLS_CA_FILE (else the system's CAs) and
     # LAKELOG_TLS_CERT_FILE/KEY_FILE, if set, are presented as the client certificate.
-    from api import tls
+    from api.broker import node_tls
     from conf.settings import load_settings
 
     api_key = os.environ.get(API_KEY_ENV)
@@ -280,7 +280,7 @@ def _client(args) -> httpx.Client:
         base_url=args.bootstrap_server.rstrip("/"),
         timeout=60.0,
         headers=headers,
-        verify=tls.client_verify(load_settings()),
+        verify=node_tls.client_verify(load_settings()),
     )
 
 

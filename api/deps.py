@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from api.broker.broker import Broker
+from api.groups.instances import ConsumerInstances
 from conf.settings import Settings
 
 
@@ -15,12 +16,17 @@ async def get_broker(request: Request) -> Broker:
     return request.app.state.broker
 
 
+async def get_consumers(request: Request) -> ConsumerInstances:
+    return request.app.state.consumers
+
+
 async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
 BrokerDep = Annotated[Broker, Depends(get_broker)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+ConsumersDep = Annotated[ConsumerInstances, Depends(get_consumers)]
 
 
 def base_url(request: Request, settings: Settings) -> str:

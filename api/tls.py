@@ -23,13 +23,3 @@ def server_options(settings: Settings) -> dict:
         "ssl_ca_certs": settings.tls_ca_file,
         "ssl_cert_reqs": ssl.CERT_REQUIRED if required else ssl.CERT_NONE,
     }
-
-
-def client_verify(settings: Settings) -> ssl.SSLContext | bool:
-    """httpx's `verify=`: the system's CAs (True) unless a CA file or client certificate is set."""
-    if settings.tls_ca_file is None and settings.tls_cert_file is None:
-        return True
-    context = ssl.create_default_context(cafile=settings.tls_ca_file)
-    if settings.tls_cert_file is not None:
-        context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
-    return context

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from api import tls
+from api.broker import node_tls
 from api.broker.cluster import Cluster, ClusterSettings
 from api.broker.errors import (
     BrokerShuttingDown,
@@ -142,7 +142,6 @@ class Broker:
         self.cluster: Cluster | None = None
         self.leaders: Leaders | None = None
         self.groups = None  # GroupCoordinator, once started
-        self.consumers = None  # ConsumerInstances (REST v2 consumers), once started
         self._maintenance: asyncio.Task | None = None
         self.scheduled_jobs: ScheduledJobs | None = None  # in-gateway maintenance, if on
         self._scheduled: asyncio.Task | None = None
@@ -177,7 +176,7 @@ class Broker:
         )
         self._http = httpx.AsyncClient(
             timeout=self.settings.forward_timeout_ms / 1000,
-            verify=tls.client_verify(self.settings),
+            verify=node_tls.client_verify(self.settings),
         )
         await self._start_groups()
         self._maintenance = asyncio.get_running_loop().create_task(self._maintain_forever())
@@ -215,7 +214,6 @@ class Broker:
     async def _start_groups(self) -> None:
         # Imported here: the group layer builds on the broker (it reads partitions through it).
         from api.groups.coordinator import GroupCoordinator
-        from api.groups.instances import ConsumerInstances
 
         offsets = await self._blocking(ConsumerOffsets, self.root)
         self.groups = GroupCoordinator(
@@ -225,12 +223,6 @@ class Broker:
             node_url=self.cluster.url,
             topics=self._partition_counts,
             blocking=self._blocking,
-        )
-        self.consumers = ConsumerInstances(
-            self,
-            self.groups,
-            instance_timeout_ms=self.settings.consumer_instance_timeout_ms,
-            request_timeout_max_ms=self.settings.fetch_timeout_ms_max,
         )
         self.groups.start()
 
@@ -286,7 +278,6 @@ class Broker:
             try:
                 keys = [(t.name, p) for t in self._topics.values() for p in range(t.partitions)]
                 await self.leaders.maintain(keys)
-                await self.consumers.expire_idle()
             except asyncio.CancelledError:
                 raise
             except Exception:  # one failed round must not stop the next

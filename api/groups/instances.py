@@ -21,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from api.broker import remote_reads
 from api.broker.broker import Broker
+from api.groups import remote_reads
 from api.groups.coordinator import GroupCoordinator
 from api.groups.errors import (
     ConsumerFormatMismatch,
@@ -41,6 +42,8 @@ from api.groups.group import GroupState, JoinRequest, Subscription
 from storage_layout.consumer_offsets import CommittedOffset, OffsetCommit
 from storage_layout.errors import OffsetOutOfRange
 from storage_layout.records import TopicPartition
+
+log = logging.getLogger("lakelog.consumers")
 
 FORMATS = ("binary", "json")
 OFFSET_RESETS = ("earliest", "latest", "none")
@@ -147,6 +150,17 @@ class ConsumerInstances:
             await self._maybe_auto_commit(instance, force=True)
             await self._leave(instance)
             self._instances.pop((group_id, name), None)
+
+    async def expire_idle_forever(self, interval_s: float) -> None:
+        """`expire_idle` every `interval_s` until cancelled (one failed round is logged)."""
+        while True:
+            try:
+                await self.expire_idle()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("expiring idle consumer instances failed")
+            await asyncio.sleep(interval_s)
 
     async def expire_idle(self) -> None:
         """Remove instances idle for longer than consumer.instance.timeout.ms."""

@@ -15,7 +15,7 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from api.deps import BrokerDep, base_url
+from api.deps import BrokerDep, ConsumersDep, base_url
 from api.errors import ApiError
 from api.forwarding import served_by_coordinator
 from api.groups.group import Subscription
@@ -66,9 +66,11 @@ async def _body(request: Request, *, required: bool = True) -> dict:
 
 @_routes("POST", "/consumers/{group}", summary="Create a consumer instance")
 @served_by_coordinator
-async def create_instance(group: str, request: Request, broker: BrokerDep) -> Response:
+async def create_instance(
+    group: str, request: Request, broker: BrokerDep, consumers: ConsumersDep
+) -> Response:
     config = InstanceConfig.parse(await _body(request, required=False))
-    await broker.consumers.create(group, config)
+    await consumers.create(group, config)
     access.bind_instance(request, group, config.name)  # only its creator may use it
     base = base_url(request, broker.settings)
     uri = f"{base}/consumers/{group}/instances/{config.name}"
@@ -77,8 +79,10 @@ async def create_instance(group: str, request: Request, broker: BrokerDep) -> Re
 
 @_routes("DELETE", INSTANCE, summary="Delete a consumer instance (leaves its group)")
 @served_by_coordinator
-async def delete_instance(group: str, instance: str, request: Request, broker: BrokerDep):
-    await broker.consumers.delete(group, instance)
+async def delete_instance(
+    group: str, instance: str, request: Request, broker: BrokerDep, consumers: ConsumersDep
+):
+    await consumers.delete(group, instance)
     access.unbind_instance(request, group, instance)
     return _no_content()
 
@@ -88,39 +92,49 @@ async def delete_instance(group: str, instance: str, request: Request, broker: B
 
 @_routes("POST", INSTANCE + "/subscription", summary="Subscribe to topics or a topic pattern")
 @served_by_coordinator
-async def subscribe(group: str, instance: str, request: Request, broker: BrokerDep):
+async def subscribe(
+    group: str, instance: str, request: Request, broker: BrokerDep, consumers: ConsumersDep
+):
     subscription = _subscription(await _body(request))
     access.require_topics(request, "READ", subscription.topics or ())
-    await broker.consumers.subscribe(group, instance, subscription)
+    await consumers.subscribe(group, instance, subscription)
     return _no_content()
 
 
 @_routes("GET", INSTANCE + "/subscription", summary="Subscribed topics")
 @served_by_coordinator
-async def get_subscription(group: str, instance: str, request: Request, broker: BrokerDep):
-    return _json({"topics": broker.consumers.subscribed_topics(group, instance)})
+async def get_subscription(
+    group: str, instance: str, request: Request, broker: BrokerDep, consumers: ConsumersDep
+):
+    return _json({"topics": consumers.subscribed_topics(group, instance)})
 
 
 @_routes("DELETE", INSTANCE + "/subscription", summary="Unsubscribe (leave the group)")
 @served_by_coordinator
-async def unsubscribe(group: str, instance: str, request: Request, broker: BrokerDep):
-    await broker.consumers.unsubscribe(group, instance)
+async def unsubscribe(
+    group: str, instance: str, request: Request, broker: BrokerDep, consumers: ConsumersDep
+):
+    await consumers.unsubscribe(group, instance)
     return _no_content()
 
 
 @_routes("POST", INSTANCE + "/assignments", summary="Assign partitions manually")
 @served_by_coordinator
-async def assign(group: str, instance: str, request: Request, broker: BrokerDep):
+async def assign(
+    group: str, instance: str, request: Request, broker: BrokerDep, consumers: ConsumersDep
+):
     partitions = _partitions(await _body(request))
     access.require_topics(request, "READ", (tp.topic for tp in partitions))
-    await broker.consumers.assign(group, instance, partitions)
+    await consumers.assign(group, instance, partitions)
     return _no_content()
 
 
 @_routes("GET", INSTANCE + "/assignments", summary="Partitions assigned to the instance")
 @served_by_coordinator
-async def get_assignments(group: str, instance: str, request: Request, broker: BrokerDep):
-    partitions = await broker.consumers.assignment(group, instance)
+async def get_assignments(
+    group: str, instance: str, request: Request, broker: BrokerDep, consumers: ConsumersDep
+):
+    partitions = await consumers.assignment(group, instance)
     return _json({"partitions": [_tp(tp) for tp in partitions]})
 
 
@@ -129,32 +143,38 @@ async def get_assignments(group: str, instance: str, request: Request, broker: B
 
 @_routes("POST", INSTANCE + "/positions", summary="Seek to offsets or timestamps")
 @served_by_coordinator
-async def seek(group: str, instance: str, request: Request, broker: BrokerDep):
+async def seek(
+    group: str, instance: str, request: Request, broker: BrokerDep, consumers: ConsumersDep
+):
     body = await _body(request)
     if "timestamps" in body:
         timestamps = {
             _tp_of(item): _timestamp_ms(item.get("timestamp")) for item in _list(body, "timestamps")
         }
-        await broker.consumers.seek_timestamps(group, instance, timestamps)
+        await consumers.seek_timestamps(group, instance, timestamps)
     else:
         offsets = {_tp_of(item): _int(item, "offset") for item in _list(body, "offsets")}
-        await broker.consumers.seek(group, instance, offsets)
+        await consumers.seek(group, instance, offsets)
     return _no_content()
 
 
 @_routes("POST", INSTANCE + "/positions/beginning", summary="Seek to the beginning")
 @served_by_coordinator
-async def seek_beginning(group: str, instance: str, request: Request, broker: BrokerDep):
+async def seek_beginning(
+    group: str, instance: str, request: Request, broker: BrokerDep, consumers: ConsumersDep
+):
     partitions = _partitions(await _body(request))
-    await broker.consumers.seek_to(group, instance, partitions, end=False)
+    await consumers.seek_to(group, instance, partitions, end=False)
     return _no_content()
 
 
 @_routes("POST", INSTANCE + "/positions/end", summary="Seek to the end")
 @served_by_coordinator
-async def seek_end(group: str, instance: str, request: Request, broker: BrokerDep):
+async def seek_end(
+    group: str, instance: str, request: Request, broker: BrokerDep, consumers: ConsumersDep
+):
     partitions = _partitions(await _body(request))
-    await broker.consumers.seek_to(group, instance, partitions, end=True)
+    await consumers.seek_to(group, instance, partitions, end=True)
     return _no_content()
 
 
@@ -168,18 +188,19 @@ async def get_records(
     instance: str,
     request: Request,
     broker: BrokerDep,
+    consumers: ConsumersDep,
     timeout: Annotated[int | None, Query(ge=0, description="Longest wait in ms")] = None,
     max_bytes: Annotated[int | None, Query(gt=0, description="Bytes of keys and values")] = None,
 ) -> Response:
     embedded = fetch_format(request.headers.get("accept"))
     accept = (request.headers.get("accept") or "*/*").lower()
     if "vnd.kafka." not in accept or "v2+json" not in accept:
-        embedded = broker.consumers.get(group, instance).config.embedded  # generic Accept
+        embedded = consumers.get(group, instance).config.embedded  # generic Accept
     settings = broker.settings
     if access.acls_enabled(request):  # Kafka's Fetch: READ on every topic fetched
-        assigned = await broker.consumers.assignment(group, instance)
+        assigned = await consumers.assignment(group, instance)
         access.require_topics(request, "READ", (tp.topic for tp in assigned))
-    items = await broker.consumers.records(
+    items = await consumers.records(
         group,
         instance,
         timeout_ms=timeout,
@@ -191,26 +212,30 @@ async def get_records(
 
 @_routes("POST", INSTANCE + "/offsets", summary="Commit offsets (last consumed; empty = all)")
 @served_by_coordinator
-async def commit_offsets(group: str, instance: str, request: Request, broker: BrokerDep):
+async def commit_offsets(
+    group: str, instance: str, request: Request, broker: BrokerDep, consumers: ConsumersDep
+):
     body = await _body(request, required=False)
     offsets = {
         _tp_of(item): (_int(item, "offset"), item.get("metadata"))
         for item in (_list(body, "offsets") if body.get("offsets") is not None else [])
     }
     access.require_topics(request, "READ", (tp.topic for tp in offsets))
-    await broker.consumers.commit(group, instance, offsets)
+    await consumers.commit(group, instance, offsets)
     return _json([])
 
 
 @_routes("GET", INSTANCE + "/offsets", summary="Committed offsets (JSON body lists partitions)")
 @served_by_coordinator
-async def get_offsets(group: str, instance: str, request: Request, broker: BrokerDep):
+async def get_offsets(
+    group: str, instance: str, request: Request, broker: BrokerDep, consumers: ConsumersDep
+):
     body = await _body(request, required=False)
     if "partitions" not in body:
         raise ApiError(
             404, 40402, 'List the partitions in the request body: {"partitions": [...]}.'
         )
-    committed = await broker.consumers.committed(group, instance, _partitions(body))
+    committed = await consumers.committed(group, instance, _partitions(body))
     offsets = [
         {
             **_tp(tp),

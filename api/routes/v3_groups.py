@@ -28,11 +28,11 @@ import httpx
 import orjson
 from fastapi import APIRouter, Request
 
-from api.broker import remote_reads
 from api.broker.broker import Broker
 from api.deps import BrokerDep, base_url
 from api.errors import ApiError
 from api.forwarding import served_by_coordinator
+from api.groups import remote_reads
 from api.groups.coordinator import GroupDescription
 from api.groups.group import GroupState, MemberView
 from api.routes.internal import INTERNAL_GROUPS_PATH, group_summary, local_group_summaries
