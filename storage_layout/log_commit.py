@@ -88,15 +88,15 @@ def remove_action(
     }
 
 
-def append_commit(
+def append_actions(
     add: dict[str, Any],
     transactions: list[tuple[str, int]],
     timestamp_ms: int,
     rewrite: Sequence[dict[str, Any]] = (),
-) -> bytes:
-    """The newline-delimited JSON of one append: commitInfo, the add action, the actions of a
-    small-file merge committed with it (`rewrite`: removes and an add, dataChange=false), the
-    txns."""
+) -> list[dict[str, Any]]:
+    """The actions of one append (`ndjson` makes its commit file): commitInfo, the add
+    action, the actions of a small-file merge committed with it (`rewrite`: removes and an
+    add, dataChange=false), the txns. The writer applies these same actions to its state."""
     commit_info = {
         "timestamp": timestamp_ms,
         "operation": "WRITE",
@@ -105,11 +105,13 @@ def append_commit(
     }
     actions = [{"commitInfo": commit_info}, {"add": add}, *rewrite]
     actions += [{"txn": {"appId": app_id, "version": v}} for app_id, v in transactions]
-    return _ndjson(actions)
+    return actions
 
 
-def transactions_commit(transactions: list[tuple[str, int]], timestamp_ms: int) -> bytes:
-    """The JSON of a commit of txns only (a leadership change): no file, no record."""
+def transactions_actions(
+    transactions: list[tuple[str, int]], timestamp_ms: int
+) -> list[dict[str, Any]]:
+    """The actions of a commit of txns only (a leadership change): no file, no record."""
     commit_info = {
         "timestamp": timestamp_ms,
         "operation": "WRITE",
@@ -118,7 +120,7 @@ def transactions_commit(transactions: list[tuple[str, int]], timestamp_ms: int) 
     }
     actions = [{"commitInfo": commit_info}]
     actions += [{"txn": {"appId": app_id, "version": v}} for app_id, v in transactions]
-    return _ndjson(actions)
+    return actions
 
 
 def rewrite_commit(add: dict[str, Any], removes: list[dict[str, Any]], timestamp_ms: int) -> bytes:
@@ -151,7 +153,7 @@ def maintenance_commit(
     actions = [{"commitInfo": commit_info}, *({"remove": r} for r in removes)]
     actions += [{"add": a} for a in adds]
     actions += [{"txn": {"appId": app_id, "version": v}} for app_id, v in transactions]
-    return _ndjson(actions)
+    return ndjson(actions)
 
 
 def parse_commit(payload: bytes) -> list[dict[str, Any]]:
@@ -159,7 +161,8 @@ def parse_commit(payload: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in payload.split(b"\n") if line.strip()]
 
 
-def _ndjson(actions: list[dict[str, Any]]) -> bytes:
+def ndjson(actions: list[dict[str, Any]]) -> bytes:
+    """A commit file's bytes: one JSON action per line."""
     return b"".join(json.dumps(a, separators=(",", ":")).encode() + b"\n" for a in actions)
 
 

@@ -16,13 +16,9 @@ from fastapi import APIRouter, Request
 from api.deps import BrokerDep, base_url
 from api.errors import ApiError
 from api.routes.v2_topics import leader_id
-from api.routes.v3_topics import check_cluster
+from api.routes.v3_topics import check_cluster, list_body
 
 router = APIRouter(prefix="/v3", tags=["v3 brokers"])
-
-
-def _list(kind: str, self_url: str, data: list) -> dict:
-    return {"kind": kind, "metadata": {"self": self_url, "next": None}, "data": data}
 
 
 def _broker_data(url: str, cluster_id: str, node_id: int, node_url: str | None) -> dict:
@@ -47,7 +43,7 @@ async def list_brokers(cluster_id: str, request: Request, broker: BrokerDep) -> 
     url = base_url(request, broker.settings)
     cluster = broker.cluster
     data = [_broker_data(url, cluster_id, n, cluster.url(n)) for n in cluster.live_nodes()]
-    return _list("KafkaBrokerList", f"{url}/v3/clusters/{cluster_id}/brokers", data)
+    return list_body("KafkaBrokerList", f"{url}/v3/clusters/{cluster_id}/brokers", data)
 
 
 @router.get("/clusters/{cluster_id}/brokers/{broker_id}", summary="A live gateway node")
@@ -92,7 +88,7 @@ async def list_all_reassignments(cluster_id: str, request: Request, broker: Brok
     check_cluster(cluster_id, broker.settings)
     url = base_url(request, broker.settings)
     self_url = f"{url}/v3/clusters/{cluster_id}/topics/-/partitions/-/reassignment"
-    return _list("KafkaReassignmentList", self_url, [])
+    return list_body("KafkaReassignmentList", self_url, [])
 
 
 @router.get(
@@ -104,7 +100,7 @@ async def list_reassignments(cluster_id: str, topic: str, request: Request, brok
     await broker.topic(topic)
     url = base_url(request, broker.settings)
     self_url = f"{url}/v3/clusters/{cluster_id}/topics/{topic}/partitions/-/reassignment"
-    return _list("KafkaReassignmentList", self_url, [])
+    return list_body("KafkaReassignmentList", self_url, [])
 
 
 @router.get(
@@ -152,7 +148,7 @@ async def list_replicas(
     cluster_id: str, topic: str, partition: int, request: Request, broker: BrokerDep
 ) -> dict:
     partition_url, replica = await _replica(request, broker, cluster_id, topic, partition)
-    return _list("KafkaReplicaList", f"{partition_url}/replicas", [replica])
+    return list_body("KafkaReplicaList", f"{partition_url}/replicas", [replica])
 
 
 @router.get(

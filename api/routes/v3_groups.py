@@ -36,7 +36,7 @@ from api.groups import remote_reads
 from api.groups.coordinator import GroupDescription
 from api.groups.group import GroupState, MemberView
 from api.routes.internal import INTERNAL_GROUPS_PATH, group_summary, local_group_summaries
-from api.routes.v3_topics import check_cluster
+from api.routes.v3_topics import check_cluster, list_body
 from api.security import access
 from storage_layout.errors import PartitionNotFound, TopicNotFound
 from storage_layout.records import TopicPartition
@@ -89,7 +89,7 @@ async def list_groups(cluster_id: str, request: Request, broker: BrokerDep) -> d
     summaries = await _cluster_groups(broker)
     allowed = [g for g in sorted(summaries) if access.permits(request, "DESCRIBE", "group", g)]
     data = [_group_data(links, summaries[g]) for g in allowed]
-    return _list("KafkaConsumerGroupList", f"{links.base}/consumer-groups", data)
+    return list_body("KafkaConsumerGroupList", f"{links.base}/consumer-groups", data)
 
 
 @router.get("/{group}", summary="Consumer group", response_model=None)
@@ -108,7 +108,7 @@ async def list_consumers(cluster_id: str, group: str, request: Request, broker: 
     links = _links(request, broker, cluster_id)
     members = sorted(description.members, key=lambda m: m.member_id)
     data = [_consumer_data(links, group, m) for m in members]
-    return _list("KafkaConsumerList", f"{links.group(group)}/consumers", data)
+    return list_body("KafkaConsumerList", f"{links.group(group)}/consumers", data)
 
 
 @router.get("/{group}/consumers/{consumer_id}", summary="Consumer", response_model=None)
@@ -135,7 +135,7 @@ async def list_assignments(
     links = _links(request, broker, cluster_id)
     data = [_assignment_data(links, group, consumer_id, tp) for tp in sorted(member.assignment)]
     self_url = f"{links.group(group)}/consumers/{consumer_id}/assignments"
-    return _list("KafkaConsumerAssignmentList", self_url, data)
+    return list_body("KafkaConsumerAssignmentList", self_url, data)
 
 
 @router.get(
@@ -170,7 +170,7 @@ async def list_lags(cluster_id: str, group: str, request: Request, broker: Broke
     lags.sort(key=lambda lag: (-lag.lag, lag.partition.topic, lag.partition.partition))
     links = _links(request, broker, cluster_id)
     data = [_lag_data(links, group, lag) for lag in lags]
-    return _list("KafkaConsumerLagList", f"{links.group(group)}/lags", data)
+    return list_body("KafkaConsumerLagList", f"{links.group(group)}/lags", data)
 
 
 @router.get(
@@ -302,10 +302,6 @@ def _stored_only(group_id: str, coordinator: int) -> dict:
 
 def _links(request: Request, broker: Broker, cluster_id: str) -> Links:
     return Links(f"{base_url(request, broker.settings)}/v3/clusters/{cluster_id}", cluster_id)
-
-
-def _list(kind: str, self_url: str, data: list) -> dict:
-    return {"kind": kind, "metadata": {"self": self_url, "next": None}, "data": data}
 
 
 def _member(description: GroupDescription, consumer_id: str) -> MemberView:

@@ -158,7 +158,8 @@ def _synonyms(topic: TopicInfo, name: str) -> list[dict]:
     return [{"name": n, "value": v, "source": s} for n, v, s in found]
 
 
-def _list(kind: str, self_url: str, data: list) -> dict:
+def list_body(kind: str, self_url: str, data: list) -> dict:
+    """A v3 list answer: `kind`, its own URL (no paging), the items."""
     return {"kind": kind, "metadata": {"self": self_url, "next": None}, "data": data}
 
 
@@ -167,7 +168,7 @@ async def list_clusters(request: Request, broker: BrokerDep) -> dict:
     settings = broker.settings
     url = base_url(request, settings)
     data = [_cluster_data(url, settings.cluster_id, broker.cluster.live_nodes(), _acls(broker))]
-    return _list("KafkaClusterList", f"{url}/v3/clusters", data)
+    return list_body("KafkaClusterList", f"{url}/v3/clusters", data)
 
 
 @router.get("/clusters/{cluster_id}", summary="Cluster")
@@ -191,7 +192,7 @@ async def list_topics(cluster_id: str, request: Request, broker: BrokerDep) -> d
         if access.permits(request, "DESCRIBE", "topic", t.name)
     ]
     data = [_topic_data(url, cluster_id, t) for t in topics]
-    return _list("KafkaTopicList", f"{url}/v3/clusters/{cluster_id}/topics", data)
+    return list_body("KafkaTopicList", f"{url}/v3/clusters/{cluster_id}/topics", data)
 
 
 @router.post("/clusters/{cluster_id}/topics", status_code=201, summary="Create a topic")
@@ -245,7 +246,7 @@ async def list_partitions(cluster_id: str, topic: str, request: Request, broker:
         _partition_data(url, cluster_id, topic, p, await leader_id(broker, topic, p))
         for p in range(info.partitions)
     ]
-    return _list(
+    return list_body(
         "KafkaPartitionList", f"{url}/v3/clusters/{cluster_id}/topics/{topic}/partitions", data
     )
 
@@ -266,7 +267,7 @@ async def list_configs(cluster_id: str, topic: str, request: Request, broker: Br
     info = await broker.topic(topic)
     url = base_url(request, broker.settings)
     data = [_config_data(url, cluster_id, info, n, v) for n, v in info.config.to_mapping().items()]
-    return _list(
+    return list_body(
         "KafkaTopicConfigList", f"{url}/v3/clusters/{cluster_id}/topics/{topic}/configs", data
     )
 

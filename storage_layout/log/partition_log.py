@@ -227,9 +227,10 @@ class DeltaPartitionLog:
         """Create the next version holding only the `leader` txn; advance the snapshot past it
         (no reload: a node taking a thousand partitions at start does it a thousand times)."""
         version = self._snapshot.table_version + 1
-        payload = log_commit.transactions_commit(
+        actions = log_commit.transactions_actions(
             [(LEADER_APP_ID, new.version)], int(time.time() * 1000)
         )
+        payload = log_commit.ndjson(actions)
         if not self._put_commit(version, payload):
             return False
         if self._may_be_below_checkpoint(version):  # paused past the log grace: see appends
@@ -237,7 +238,7 @@ class DeltaPartitionLog:
             if self.leader() != new:
                 raise LeadershipConflict(f"{self.table_uri}: the leader commit was shadowed.")
             return True
-        self._snapshot = _committed(self._snapshot, version, payload)
+        self._snapshot = _committed(self._snapshot, version, actions)
         return True
 
     # ---- reads -----------------------------------------------------------------------------
@@ -371,11 +372,11 @@ class DeltaPartitionLog:
                     f"writer's snapshot; nothing was appended."
                 )
             try:
-                payload, merge = self._commit_append(
+                actions, merge = self._commit_append(
                     staged.written, staged.last_offset, staged.now_ms, transaction
                 )
                 self._advance(
-                    self._snapshot, staged.written.data_file, staged.table, payload, merge
+                    self._snapshot, staged.written.data_file, staged.table, actions, merge
                 )
             except VisibleAfterReload:
                 self._forget_merge_if_committed()  # the reloaded snapshot holds the commit
@@ -435,9 +436,9 @@ class DeltaPartitionLog:
 
     def _commit_append(
         self, written: WrittenFile, last_offset: int, now_ms: int, transaction
-    ) -> tuple[bytes, PreparedMerge | None]:
+    ) -> tuple[list[dict], PreparedMerge | None]:
         """Create the next commit file, with the pending small-file merge if its files are
-        all still live; step over other writers' rearrangements. Returns the payload and the
+        all still live; step over other writers' rearrangements. Returns its actions and the
         merge it carried.
 
         Raises:
@@ -453,13 +454,14 @@ class DeltaPartitionLog:
         for _ in range(REARRANGEMENT_STEPS_MAX):
             merge = self._usable_merge()
             rewrite = () if merge is None else merge.actions()
-            payload = log_commit.append_commit(written.add, transactions, now_ms, rewrite)
+            actions = log_commit.append_actions(written.add, transactions, now_ms, rewrite)
+            payload = log_commit.ndjson(actions)
             version = self._snapshot.table_version + 1
             started = time.monotonic()
             if self._put_commit(version, payload):
                 self._check_not_shadowed(version, written.data_file.path)
                 self._latest_known_at = started
-                return payload, merge
+                return actions, merge
             if not self._fenced:
                 self._blind_rebase(version)
                 continue
@@ -528,7 +530,7 @@ class DeltaPartitionLog:
         before: LogSnapshot,
         data_file: DataFile,
         table: pa.Table,
-        payload: bytes,
+        actions: list[dict],
         merge: PreparedMerge | None = None,
     ) -> None:
         """The snapshot after our own commit: one more version, file and tail chunk (and the
@@ -542,7 +544,7 @@ class DeltaPartitionLog:
                 self._merge = None
             kept = [f for f in files if f.path not in merge.removed_paths]
             files = tuple(sorted([*kept, merge.written.data_file], key=lambda f: f.min_offset))
-        after = _committed(before, before.table_version + 1, payload)
+        after = _committed(before, before.table_version + 1, actions)
         written = self._housekeeper.written  # tombstones up to it need not stay in memory
         if written is not None and after.state is not None:
             after = dataclasses.replace(after, state=after.state.checkpointed(*written))
@@ -757,11 +759,11 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _committed(snapshot: LogSnapshot, version: int, payload: bytes) -> LogSnapshot:
-    """`snapshot` at `version`, after our own commit `payload` on top of it."""
+def _committed(snapshot: LogSnapshot, version: int, actions: list[dict]) -> LogSnapshot:
+    """`snapshot` at `version`, after our own commit (its `actions`) on top of it."""
     state = snapshot.state
     if state is not None:
-        state = state.applied(version, log_commit.parse_commit(payload))
+        state = state.applied(version, actions)
     return dataclasses.replace(snapshot, table_version=version, state=state)
 
 

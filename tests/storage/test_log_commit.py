@@ -145,7 +145,7 @@ def test_a_statistics_rewrite_of_live_files_is_not_stepped_over(table_uri):
         data_change=False,
     )
     log_dir = open_store(table_uri).child("_delta_log")
-    assert log_commit.put_if_absent(log_dir, 4, log_commit._ndjson([{"add": add}]))
+    assert log_commit.put_if_absent(log_dir, 4, log_commit.ndjson([{"add": add}]))
     assert log.append(one("v3"), config=CONFIG).base_offset == 3
     fetched = log.read(from_offset=0, records_max=10, bytes_max=10**6).records
     assert fetched.column("offset").to_pylist() == [0, 1, 2, 3]
