@@ -108,13 +108,23 @@ def test_t2b_control_without_the_fence_is_flagged(tmp_path):
     """T2b, the control: the same pause with the compare-and-set and lease checks disabled;
     the stale leader appends its parked sends at offsets the survivor assigned too, and the
     checker reports it."""
-    result = run_t2b(seed=22, pauses_min=1, partitions=1, workdir=tmp_path, **T2_BOUNDED)
-    assert result.passed, result.text()
     # What the stale leader's appends do depends on the interleaving: offsets assigned twice
     # (inconsistent-offsets, duplicate), or acknowledged records replaced (lost-write). Any
-    # of them is the proof; read-side kinds alone (poll-skip) would not be.
+    # of them is the proof; read-side kinds alone (poll-skip) would not be. Whether its parked
+    # sends commit before it learns of the new leader is a race (a quick table read can win
+    # it), so up to three seeds are run until one shows the damage.
     write_anomalies = ("inconsistent-offsets", "duplicate", "lost-write")
-    assert sum(result.report.count(kind) for kind in write_anomalies) >= 1, result.text()
+    texts = []
+    for seed in (22, 23, 24):
+        (tmp_path / str(seed)).mkdir()
+        result = run_t2b(
+            seed=seed, pauses_min=1, partitions=1, workdir=tmp_path / str(seed), **T2_BOUNDED
+        )
+        assert result.passed, result.text()
+        texts.append(result.text())
+        if sum(result.report.count(kind) for kind in write_anomalies) >= 1:
+            break
+    assert sum(result.report.count(kind) for kind in write_anomalies) >= 1, "\n".join(texts)
 
 
 def send_through_a_crash_after_commit(tmp_path, *, idempotent: bool):
