@@ -18,18 +18,24 @@ from datetime import datetime
 
 import httpx
 
+from api import cli_dlq
+from api.cli_http import (
+    CliError,
+    bootstrap_option,
+    call,
+    cluster_path,
+    error_text,
+    gateway_client,
+    print_table,
+    request_any,
+)
 from api.version import VERSION
 
-DEFAULT_BOOTSTRAP = "http://127.0.0.1:8082"
 PRODUCE_BATCH_RECORDS_MAX = 1000
 READ_CHUNK_BYTES = 1 << 16
 CONSUME_FETCH_BYTES = 4 * 1024 * 1024
 FOLLOW_POLL_TIMEOUT_MS = 1000
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-
-
-class CliError(Exception):
-    """A failure to report in one line, without a traceback."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,19 +69,9 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_consume(commands)
     _add_groups(commands)
     _add_jobs(commands)
+    cli_dlq.add_parser(commands)
     _add_security(commands)
     return parser
-
-
-API_KEY_ENV = "LAKELOG_API_KEY"
-
-
-def _bootstrap(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap-server",
-        default=os.environ.get("LAKELOG_BOOTSTRAP_SERVER", DEFAULT_BOOTSTRAP),
-        help="gateway URL (default: $LAKELOG_BOOTSTRAP_SERVER or %(default)s)",
-    )
 
 
 def _add_serve(commands) -> None:
@@ -120,7 +116,7 @@ def _add_topics(commands) -> None:
     delete.add_argument("--topic", required=True)
     delete.set_defaults(handler=_topics_delete)
     for action in (create, listing, describe, alter, delete):
-        _bootstrap(action)
+        bootstrap_option(action)
 
 
 def _add_produce(commands) -> None:
@@ -130,7 +126,7 @@ def _add_produce(commands) -> None:
     produce.add_argument(
         "--key-separator", help="split each line at the first separator into key and value"
     )
-    _bootstrap(produce)
+    bootstrap_option(produce)
     produce.set_defaults(handler=_produce)
 
 
@@ -150,7 +146,7 @@ def _add_consume(commands) -> None:
         help="print.key, print.offset, print.partition, print.timestamp (true|false), "
         "key.separator (default TAB)",
     )
-    _bootstrap(consume)
+    bootstrap_option(consume)
     consume.set_defaults(handler=_consume)
 
 
@@ -194,7 +190,7 @@ def _add_groups(commands) -> None:
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
     reset.set_defaults(handler=_groups_reset)
     for action in (listing, describe, reset):
-        _bootstrap(action)
+        bootstrap_option(action)
 
 
 # ---- serve ---------------------------------------------------------------------------------
@@ -266,50 +262,6 @@ def _serve(args) -> int:
 KEEP_ALIVE_S = 75
 
 
-def _client(args) -> httpx.Client:
-    # With authentication on (LAKELOG_AUTH=api-keys), the client commands present the key in
-    # LAKELOG_API_KEY (`<key_id>.<secret>`, as `lakelog api-keys create` prints it).
-    # With TLS, the server is verified against LAKELOG_TLS_CA_FILE (else the system's CAs) and
-    # LAKELOG_TLS_CERT_FILE/KEY_FILE, if set, are presented as the client certificate.
-    from api.broker import node_tls
-    from conf.settings import load_settings
-
-    api_key = os.environ.get(API_KEY_ENV)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-    return httpx.Client(
-        base_url=args.bootstrap_server.rstrip("/"),
-        timeout=60.0,
-        headers=headers,
-        verify=node_tls.client_verify(load_settings()),
-    )
-
-
-def _call(client: httpx.Client, method: str, path: str, **kwargs) -> httpx.Response:
-    response = _request(client, method, path, **kwargs)
-    if response.status_code >= 400:
-        raise CliError(_error_text(response))
-    return response
-
-
-def _request(client: httpx.Client, method: str, path: str, **kwargs) -> httpx.Response:
-    """The response, whatever its status; CliError only when the gateway cannot be reached."""
-    try:
-        return client.request(method, path, **kwargs)
-    except httpx.TransportError as error:
-        raise CliError(
-            f"cannot reach the gateway at {client.base_url} ({error}); is `lakelog serve` "
-            f"running, or is --bootstrap-server wrong?"
-        ) from None
-
-
-def _error_text(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-        return f"{body['message']} (error {body['error_code']})"
-    except (ValueError, KeyError, TypeError):
-        return f"HTTP {response.status_code}: {response.text[:200]}"
-
-
 def _configs(pairs: list[str]) -> list[dict]:
     configs = []
     for pair in pairs:
@@ -329,34 +281,34 @@ def _topics_create(args) -> int:
         "partitions_count": args.partitions,
         "configs": _configs(args.config),
     }
-    with _client(args) as client:
-        _call(client, "POST", _cluster_path(client, "topics"), json=body)
+    with gateway_client(args) as client:
+        call(client, "POST", cluster_path(client, "topics"), json=body)
     print(f"Created topic {args.topic}.")
     return EXIT_OK
 
 
 def _topics_list(args) -> int:
-    with _client(args) as client:
-        for name in _call(client, "GET", "/topics").json():
+    with gateway_client(args) as client:
+        for name in call(client, "GET", "/topics").json():
             print(name)
     return EXIT_OK
 
 
 def _topics_describe(args) -> int:
-    with _client(args) as client:
-        names = [args.topic] if args.topic else _call(client, "GET", "/topics").json()
+    with gateway_client(args) as client:
+        names = [args.topic] if args.topic else call(client, "GET", "/topics").json()
         for name in names:
             _describe_one(client, name)
     return EXIT_OK
 
 
 def _describe_one(client: httpx.Client, name: str) -> None:
-    topic = _call(client, "GET", f"/topics/{name}").json()
+    topic = call(client, "GET", f"/topics/{name}").json()
     configs = ",".join(f"{k}={v}" for k, v in sorted(topic["configs"].items()))
     print(f"Topic: {name}\tPartitionCount: {len(topic['partitions'])}\tConfigs: {configs}")
     for partition in topic["partitions"]:
         number = partition["partition"]
-        offsets = _call(client, "GET", f"/topics/{name}/partitions/{number}/offsets").json()
+        offsets = call(client, "GET", f"/topics/{name}/partitions/{number}/offsets").json()
         print(
             f"\tTopic: {name}\tPartition: {number}\tLeader: {partition['leader']}"
             f"\tLogStartOffset: {offsets['beginning_offset']}"
@@ -367,27 +319,22 @@ def _describe_one(client: httpx.Client, name: str) -> None:
 def _topics_alter(args) -> int:
     if args.partitions is None and not args.config:
         raise CliError("nothing to alter: give --partitions N and/or --config NAME=VALUE")
-    with _client(args) as client:
+    with gateway_client(args) as client:
         if args.partitions is not None:
             body = {"partitions_count": args.partitions}
-            _call(client, "PATCH", _cluster_path(client, "topics", args.topic), json=body)
+            call(client, "PATCH", cluster_path(client, "topics", args.topic), json=body)
         if args.config:
-            path = _cluster_path(client, "topics", args.topic, "configs:alter")
-            _call(client, "POST", path, json={"data": _configs(args.config)})
+            path = cluster_path(client, "topics", args.topic, "configs:alter")
+            call(client, "POST", path, json={"data": _configs(args.config)})
     print(f"Altered topic {args.topic}.")
     return EXIT_OK
 
 
 def _topics_delete(args) -> int:
-    with _client(args) as client:
-        _call(client, "DELETE", _cluster_path(client, "topics", args.topic))
+    with gateway_client(args) as client:
+        call(client, "DELETE", cluster_path(client, "topics", args.topic))
     print(f"Deleted topic {args.topic}.")
     return EXIT_OK
-
-
-def _cluster_path(client: httpx.Client, *parts: str) -> str:
-    clusters = _call(client, "GET", "/v3/clusters").json()["data"]
-    return "/".join([f"/v3/clusters/{clusters[0]['cluster_id']}", *parts])
 
 
 # ---- produce -------------------------------------------------------------------------------
@@ -398,8 +345,8 @@ def _produce(args) -> int:
     if args.partition is not None:
         path += f"/partitions/{args.partition}"
     failures = 0
-    with _client(args) as client:
-        _call(client, "GET", f"/topics/{args.topic}")  # fail fast on an unknown topic
+    with gateway_client(args) as client:
+        call(client, "GET", f"/topics/{args.topic}")  # fail fast on an unknown topic
         for lines in _line_batches(sys.stdin.fileno()):
             records = [_line_record(line, args.key_separator) for line in lines]
             failures += _send(client, path, records)
@@ -447,7 +394,7 @@ def _send(client: httpx.Client, path: str, records: list[dict]) -> int:
     headers = {"Content-Type": "application/vnd.kafka.binary.v2+json"}
     response = client.post(path, json={"records": records}, headers=headers)
     if response.status_code >= 400 and "offsets" not in response.text:
-        raise CliError(_error_text(response))
+        raise CliError(error_text(response))
     failures = [o for o in response.json()["offsets"] if o["error_code"] is not None]
     for failure in failures:
         print(f"lakelog: error: {failure['error']}", file=sys.stderr)
@@ -459,7 +406,7 @@ def _send(client: httpx.Client, path: str, records: list[dict]) -> int:
 
 def _consume(args) -> int:
     options = _print_options(args.property)
-    with _client(args) as client:
+    with gateway_client(args) as client:
         positions = _start_positions(client, args)
         remaining = args.max_records
         for record in _poll(client, args.topic, positions, follow=args.follow):
@@ -482,7 +429,7 @@ def _print_options(properties: list[str]) -> dict[str, str]:
 
 
 def _start_positions(client: httpx.Client, args) -> dict[int, int]:
-    topic = _call(client, "GET", f"/topics/{args.topic}").json()
+    topic = call(client, "GET", f"/topics/{args.topic}").json()
     partitions = [p["partition"] for p in topic["partitions"]]
     if args.partition is not None:
         if args.partition not in partitions:
@@ -500,7 +447,7 @@ def _resolve_offset(client: httpx.Client, topic: str, partition: int, start: str
             return int(start)
         except ValueError:
             raise CliError(f"--offset '{start}' must be a number, earliest or latest") from None
-    offsets = _call(client, "GET", f"/topics/{topic}/partitions/{partition}/offsets").json()
+    offsets = call(client, "GET", f"/topics/{topic}/partitions/{partition}/offsets").json()
     return offsets["beginning_offset" if start == "earliest" else "end_offset"]
 
 
@@ -525,7 +472,7 @@ def _fetch(client: httpx.Client, topic: str, partition: int, offset: int, timeou
     params = {"offset": offset, "max_bytes": CONSUME_FETCH_BYTES, "timeout": timeout_ms}
     path = f"/topics/{topic}/partitions/{partition}/records"
     headers = {"Accept": "application/vnd.kafka.binary.v2+json"}
-    return _call(client, "GET", path, params=params, headers=headers).json()
+    return call(client, "GET", path, params=params, headers=headers).json()
 
 
 def _format_record(record: dict, options: dict[str, str]) -> str:
@@ -561,8 +508,8 @@ GROUP_OFFSETS_HEADERS = (
 
 
 def _groups_list(args) -> int:
-    with _client(args) as client:
-        groups = _call(client, "GET", _cluster_path(client, "consumer-groups")).json()["data"]
+    with gateway_client(args) as client:
+        groups = call(client, "GET", cluster_path(client, "consumer-groups")).json()["data"]
     for group in groups:
         print(group["consumer_group_id"])
     return EXIT_OK
@@ -571,19 +518,19 @@ def _groups_list(args) -> int:
 def _groups_describe(args) -> int:
     """Kafka's `--describe --state` table, then its `--describe --offsets` table: one row per
     partition with a committed offset or an owner (`-` where there is none)."""
-    with _client(args) as client:
-        group = _call(client, "GET", f"/groups/{args.group}").json()
-        lags_path = _cluster_path(client, "consumer-groups", args.group, "lags")
-        lags = _call(client, "GET", lags_path).json()["data"]
+    with gateway_client(args) as client:
+        group = call(client, "GET", f"/groups/{args.group}").json()
+        lags_path = cluster_path(client, "consumer-groups", args.group, "lags")
+        lags = call(client, "GET", lags_path).json()["data"]
         rows = _describe_rows(client, group, lags)
     state = (group["coordinator"], group["protocol"] or "", group["state"], len(group["members"]))
-    _print_table(GROUP_STATE_HEADERS, [(args.group, *state)])
+    print_table(GROUP_STATE_HEADERS, [(args.group, *state)])
     print()
     if not group["members"]:
         print(f"Consumer group '{args.group}' has no active members.")
         print()
     if rows:
-        _print_table(GROUP_OFFSETS_HEADERS, [(args.group, *row) for row in rows])
+        print_table(GROUP_OFFSETS_HEADERS, [(args.group, *row) for row in rows])
     return EXIT_OK
 
 
@@ -607,7 +554,7 @@ def _groups_reset(args) -> int:
     """Kafka's `--reset-offsets`: compute the new offsets, commit them only with --execute,
     print them either way."""
     timestamp_ms = _timestamp_ms(args.to_datetime) if args.to_datetime else None
-    with _client(args) as client:
+    with gateway_client(args) as client:
         _check_inactive(client, args.group)
         committed = _committed(client, args.group)
         partitions = _reset_scope(client, args, committed)
@@ -618,14 +565,14 @@ def _groups_reset(args) -> int:
         if args.execute:
             offsets = [{"topic": t, "partition": p, "offset": o} for (t, p), o in plan.items()]
             body = {"generation_id": -1, "offsets": offsets}
-            _call(client, "POST", f"/groups/{args.group}/offsets", json=body)
+            call(client, "POST", f"/groups/{args.group}/offsets", json=body)
     if not args.execute and not args.dry_run:
         print(
             "WARN: No action will be performed as the --execute option is missing. Add "
             "--execute to commit the new offsets, or --dry-run to only print them.",
             file=sys.stderr,
         )
-    _print_table(
+    print_table(
         ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
         [(args.group, t, p, offset) for (t, p), offset in sorted(plan.items())],
     )
@@ -635,11 +582,11 @@ def _groups_reset(args) -> int:
 def _check_inactive(client: httpx.Client, group_id: str) -> None:
     """As Kafka's tool: offsets are reset (or planned) only for a group without members; an
     unknown group is fine (the reset creates it)."""
-    response = _request(client, "GET", f"/groups/{group_id}")
+    response = request_any(client, "GET", f"/groups/{group_id}")
     if response.status_code == 404 and _error_code(response) == GROUP_NOT_FOUND:
         return
     if response.status_code >= 400:
-        raise CliError(_error_text(response))
+        raise CliError(error_text(response))
     group = response.json()
     if group["state"] not in INACTIVE_STATES:
         raise CliError(
@@ -658,7 +605,7 @@ def _error_code(response: httpx.Response) -> int | None:
 
 def _committed(client: httpx.Client, group_id: str) -> dict[tuple[str, int], int]:
     """The group's committed offsets (the next offset to read) by (topic, partition)."""
-    offsets = _call(client, "GET", f"/groups/{group_id}/offsets").json()["offsets"]
+    offsets = call(client, "GET", f"/groups/{group_id}/offsets").json()["offsets"]
     return {(o["topic"], o["partition"]): o["offset"] for o in offsets}
 
 
@@ -674,7 +621,7 @@ def _reset_scope(
     partitions: set[tuple[str, int]] = set()
     for spec in args.topic:
         topic, _, numbers = spec.partition(":")
-        topic_info = _call(client, "GET", f"/topics/{topic}").json()
+        topic_info = call(client, "GET", f"/topics/{topic}").json()
         existing = [p["partition"] for p in topic_info["partitions"]]
         chosen = _partition_numbers(spec, numbers) if numbers else existing
         for number in chosen:
@@ -739,7 +686,7 @@ def _bounds(
     """(log_start_offset, high watermark, first offset at or after `timestamp_ms` or None)."""
     params = {} if timestamp_ms is None else {"timestamp": timestamp_ms}
     path = f"/topics/{topic}/partitions/{partition}/offsets"
-    body = _call(client, "GET", path, params=params).json()
+    body = call(client, "GET", path, params=params).json()
     return body["beginning_offset"], body["end_offset"], body.get("timestamp_offset")
 
 
@@ -754,16 +701,6 @@ def _timestamp_ms(text: str) -> int:
             f"or 2024-05-01T14:00:00+02:00)"
         ) from None
     return round(moment.timestamp() * 1000)
-
-
-def _print_table(headers: tuple, rows: list[tuple]) -> None:
-    """Left-aligned columns, as Kafka's tools print them."""
-    cells = [[str(cell) for cell in row] for row in (headers, *rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for row in cells:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
 
 
 # ---- jobs ----------------------------------------------------------------------------------

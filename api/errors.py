@@ -2,7 +2,8 @@
 
 Codes follow the Confluent REST Proxy (40401 unknown topic, 40402 unknown partition, 40002 bad
 request, 413, 415, 422xx validation, 50003 retriable). lakelog-only codes keep the same shape:
-41601 offset out of range; 409xx idempotent-producer rejections and consumer-group errors
+41601 offset out of range; 40406 a record removed by compaction; 409xx idempotent-producer
+rejections and consumer-group errors
 (Kafka's error names: 40910 ILLEGAL_GENERATION, 40911 UNKNOWN_MEMBER_ID, 40912
 REBALANCE_IN_PROGRESS, 40913 FENCED_INSTANCE_ID, ...). Security (`api/security/errors.py`):
 40101 authentication failed (401 + WWW-Authenticate), 40301 not authorized (403), 42901 quota
@@ -42,6 +43,7 @@ from api.groups.errors import (
     NoOffsetForPartition,
     NotCoordinator,
     RebalanceInProgress,
+    RecordNotFound,
     UnknownMemberId,
 )
 from storage_layout.errors import (
@@ -87,6 +89,7 @@ ERROR_STATUS: dict[type[Exception], tuple[int, int]] = {
     UnknownProducerId: (409, 40907),
     ConsumerInstanceNotFound: (404, 40403),
     GroupNotFound: (404, 40405),
+    RecordNotFound: (404, 40406),
     ConsumerFormatMismatch: (406, 40601),
     ConsumerInstanceExists: (409, 40902),
     IllegalConsumerState: (409, 40903),

@@ -35,7 +35,7 @@ from storage_layout import paths, store
 from storage_layout.append_wire import INTERNAL_APPEND_PATH, encode_append
 from storage_layout.catalog import TopicCatalog, TopicInfo, check_partition_count
 from storage_layout.consumer_offsets import ConsumerOffsets
-from storage_layout.errors import ProducerError, TopicExists, TopicNotFound
+from storage_layout.errors import OffsetOutOfRange, ProducerError, TopicExists, TopicNotFound
 from storage_layout.log import DeltaPartitionLog
 from storage_layout.nodes import NodeRegistry
 from storage_layout.partitioner import RoundRobin, choose_partition
@@ -611,6 +611,31 @@ class Broker:
             records_max=self.settings.fetch_records_max,
             bytes_max=request.bytes_max,
         )
+
+    async def record_at(self, topic_name: str, partition: int, offset: int) -> FetchResult:
+        """The committed record at `offset`, read wherever the partition is led (this node's
+        log, else the shared table): at most one row, none when compaction removed it.
+
+        Raises:
+            OffsetOutOfRange: `offset` is below the log start or at or past the high watermark.
+        """
+        (await self.topic(topic_name)).check_partition(partition)
+        route = await self.leaders.route(topic_name, partition)
+        if route.writer is None:
+            result = await self._followers.read_committed(
+                topic_name, partition, offset=offset, records_max=1, bytes_max=1
+            )
+        else:
+            route.writer.notice_foreign_commits()
+            result = await self._blocking(
+                route.writer.log.read, from_offset=offset, records_max=1, bytes_max=1
+            )
+        if offset >= result.high_watermark:
+            raise OffsetOutOfRange(offset, result.log_start_offset, result.high_watermark)
+        records = result.records
+        if records.num_rows and records.column("offset")[0].as_py() != offset:
+            records = records.slice(0, 0)  # compaction removed it; the next record came back
+        return FetchResult(records, result.log_start_offset, result.high_watermark)
 
     async def _read(self, log: DeltaPartitionLog, request: FetchRequest) -> FetchResult:
         return await self._blocking(

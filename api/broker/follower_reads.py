@@ -54,6 +54,25 @@ class FollowerReads:
             self._logs.pop(key, None)  # open afresh next time; the leader answers this one
             return None
 
+    async def read_committed(
+        self, topic: str, partition: int, *, offset: int, records_max: int, bytes_max: int
+    ) -> FetchResult:
+        """Records from `offset`, which the caller knows is committed (a consumer read it):
+        the table is read again first when this node's view ends before it.
+
+        Raises:
+            OffsetOutOfRange: `offset` is outside the partition's bounds even after that.
+        """
+        key = (topic, partition)
+        log = await self._fresh_log(key)
+        if offset >= log.bounds().high_watermark:
+            async with self._locks[key]:
+                await self._blocking(log.catch_up)
+                self._refreshed_at[key] = time.monotonic()
+        return await self._blocking(
+            log.read, from_offset=offset, records_max=records_max, bytes_max=bytes_max
+        )
+
     def forget_topic(self, topic: str) -> None:
         """Drop the logs of a deleted topic."""
         for key in [key for key in self._logs if key[0] == topic]:

@@ -244,6 +244,12 @@ class GroupCoordinator:
             self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
         await future
 
+    async def check_committer(self, group_id: str, member_id: str | None, generation: int) -> None:
+        """Raise what `commit` would for this member and generation, committing nothing (a
+        caller that writes elsewhere first, as a dead letter, checks before it writes)."""
+        slot = await self._slot(group_id)
+        self._check_committer(slot.group, member_id, generation)
+
     async def committed(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         return dict((await self._slot(group_id)).offsets)
 

@@ -95,3 +95,9 @@ class ConsumerFormatMismatch(GroupError):
     """The Accept header asks for another embedded format than the instance was created with."""
 
     code = "CONSUMER_FORMAT_MISMATCH"
+
+
+class RecordNotFound(GroupError):
+    """The offset is within the partition's bounds but compaction removed its record."""
+
+    code = "RECORD_NOT_FOUND"

@@ -30,6 +30,12 @@ from dataclasses import dataclass, field
 from api.broker.broker import Broker
 from api.groups import remote_reads
 from api.groups.coordinator import GroupCoordinator
+from api.groups.dead_letters import (
+    DeadLetterAck,
+    DeadLetterReport,
+    DeadLetterRequest,
+    send_dead_letter,
+)
 from api.groups.errors import (
     ConsumerFormatMismatch,
     ConsumerInstanceExists,
@@ -318,6 +324,24 @@ class ConsumerInstances:
                 ]
             await self._commit(instance, commits)
 
+    async def dead_letter(
+        self, group_id: str, name: str, report: DeadLetterReport
+    ) -> DeadLetterAck:
+        """Send the record at `report.offset` to the dead letter topic and commit past it
+        (dead_letters.send_dead_letter); the instance's position moves past it too."""
+        instance = self.get(group_id, name)
+        async with instance.lock:
+            tp = report.source
+            await self._check_assigned(instance, [tp])
+            member_id, generation = await self._committer(instance)
+            request = DeadLetterRequest(group_id, member_id, generation, report)
+            ack = await send_dead_letter(self._broker, request)
+            instance.committed_positions[tp] = ack.committed_offset
+            if instance.positions.get(tp, 0) <= report.offset:
+                instance.positions[tp] = report.offset + 1
+            instance.last_used_s = self._clock()
+            return ack
+
     async def committed(
         self, group_id: str, name: str, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, CommittedOffset | None]:
@@ -496,19 +520,21 @@ class ConsumerInstances:
     async def _commit(self, instance: ConsumerInstance, commits: list[OffsetCommit]) -> None:
         if not commits:
             return
-        group = await self._coordinator.group(instance.group_id)
-        member_id = instance.member_id if instance.member_id in group.members else None
-        # A subscribed instance commits in its generation; a manually assigned one (Kafka's
-        # simple consumer) outside any, which the coordinator allows only in an empty group.
+        member_id, generation = await self._committer(instance)
         await self._coordinator.commit(
-            instance.group_id,
-            commits,
-            member_id=member_id,
-            generation=group.generation if member_id else -1,
+            instance.group_id, commits, member_id=member_id, generation=generation
         )
         for commit in commits:
             tp = TopicPartition(commit.topic, commit.partition)
             instance.committed_positions[tp] = commit.offset
+
+    async def _committer(self, instance: ConsumerInstance) -> tuple[str | None, int]:
+        """(member id, generation) the instance commits with. A subscribed instance commits in
+        its generation; a manually assigned one (Kafka's simple consumer) outside any, which
+        the coordinator allows only in an empty group."""
+        group = await self._coordinator.group(instance.group_id)
+        member_id = instance.member_id if instance.member_id in group.members else None
+        return member_id, group.generation if member_id else -1
 
     async def _leave(self, instance: ConsumerInstance) -> None:
         if instance.member_id is None:

@@ -4,7 +4,9 @@ Kafka's group protocol over HTTP: join (long-polls until the rebalance completes
 assignment, which the coordinator computes: no leader-side assignor is needed), sync, heartbeat,
 leave, and offset commit/fetch. Offsets here have Kafka's native meaning: the next offset to
 read. Records are read with the stateless fetch, `GET /topics/{t}/partitions/{p}/records`.
-Any node serves any group (requests are forwarded to the group's coordinator).
+Any node serves any group (requests are forwarded to the group's coordinator). A member that
+gives up on a record sends it to the dead letter topic and commits past it in one call
+(`POST /groups/{g}/dead-letters`, api/groups/dead_letters.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from api.errors import ApiError
 from api.forwarding import served_by_coordinator
 from api.groups.assignors import ASSIGNORS
 from api.groups.coordinator import JoinResult
+from api.groups.dead_letters import DeadLetterRequest, send_dead_letter
 from api.groups.group import JoinRequest, MemberView, Subscription
+from api.routes import dead_letter_body
+from api.routes.dead_letter_body import DeadLetterBody
 from api.security import access
 from api.wire import INT32_MAX, INT64_MAX
 from storage_layout.consumer_offsets import OffsetCommit
@@ -104,6 +109,28 @@ async def commit(group: str, body: CommitBody, request: Request, broker: BrokerD
         group, commits, member_id=body.member_id, generation=body.generation_id
     )
     return Response(status_code=204)
+
+
+class GroupDeadLetterBody(DeadLetterBody):
+    member_id: str | None = Field(None, description="Absent, with generation -1: no member")
+    generation_id: int = Field(-1, description="-1 (with no member) only for an empty group")
+
+
+@router.post(
+    "/{group}/dead-letters",
+    summary="Send a record to the dead letter topic and commit its offset past it",
+)
+@served_by_coordinator
+async def dead_letter(
+    group: str, body: GroupDeadLetterBody, request: Request, broker: BrokerDep
+) -> Response:
+    report = body.report()
+    await dead_letter_body.authorize(request, broker, report)
+    member_id = body.member_id or None
+    ack = await send_dead_letter(
+        broker, DeadLetterRequest(group, member_id, body.generation_id, report)
+    )
+    return _json(dead_letter_body.ack_body(ack))
 
 
 @router.get("/{group}/offsets", summary="Committed offsets")

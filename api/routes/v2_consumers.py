@@ -20,6 +20,8 @@ from api.errors import ApiError
 from api.forwarding import served_by_coordinator
 from api.groups.group import Subscription
 from api.groups.instances import InstanceConfig
+from api.routes import dead_letter_body
+from api.routes.dead_letter_body import DeadLetterBody
 from api.security import access
 from api.wire import RECORD_MEDIA_TYPES, fetch_format, iso_to_ms, parse_json
 from storage_layout.records import TopicPartition
@@ -223,6 +225,26 @@ async def commit_offsets(
     access.require_topics(request, "READ", (tp.topic for tp in offsets))
     await consumers.commit(group, instance, offsets)
     return _json([])
+
+
+@_routes(
+    "POST",
+    INSTANCE + "/dead-letters",
+    summary="Send a record to the dead letter topic and commit its offset past it (lakelog)",
+)
+@served_by_coordinator
+async def dead_letter(
+    group: str,
+    instance: str,
+    body: DeadLetterBody,
+    request: Request,
+    broker: BrokerDep,
+    consumers: ConsumersDep,
+):
+    report = body.report()
+    await dead_letter_body.authorize(request, broker, report)
+    ack = await consumers.dead_letter(group, instance, report)
+    return _json(dead_letter_body.ack_body(ack))
 
 
 @_routes("GET", INSTANCE + "/offsets", summary="Committed offsets (JSON body lists partitions)")

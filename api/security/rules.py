@@ -54,6 +54,7 @@ INSTANCE = "/consumers/{group}/instances/{instance}"
 V3 = "/v3/clusters/{cluster_id}"
 V3_GROUP = V3 + "/consumer-groups/{group}"
 _READ_TOPICS = "READ on every topic named in the body"
+_DEAD_LETTER = "READ on the topic, WRITE (and CREATE, if new) on the dead letter topic"
 
 RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/"): PUBLIC,
@@ -91,6 +92,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ),
     ("POST", INSTANCE + "/offsets"): group("READ", instance=True, also=_READ_TOPICS),
     ("GET", INSTANCE + "/offsets"): group("READ", instance=True),
+    ("POST", INSTANCE + "/dead-letters"): group("READ", instance=True, also=_DEAD_LETTER),
     # native groups
     ("POST", "/groups/{group}/members"): group("READ"),
     ("POST", "/groups/{group}/members/{member}/sync"): group("READ"),
@@ -98,6 +100,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", "/groups/{group}/members/{member}"): group("READ"),
     ("POST", "/groups/{group}/offsets"): group("READ", also=_READ_TOPICS),
     ("GET", "/groups/{group}/offsets"): group("DESCRIBE"),
+    ("POST", "/groups/{group}/dead-letters"): group("READ", also=_DEAD_LETTER),
     ("GET", "/groups/{group}"): group("DESCRIBE"),
     # v3 clusters and topics
     ("GET", "/v3/clusters"): AUTHENTICATED,
