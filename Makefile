@@ -29,6 +29,7 @@ run: install
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/pytest
 
 test-fast: install
@@ -36,6 +37,7 @@ test-fast: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff format .

@@ -212,9 +212,9 @@ def _log_to_stderr(level: str) -> None:
 def _serve(args) -> int:
     import uvicorn
 
-    from api import tls
-    from api.app import create_app
-    from api.http_protocol import HeadLimits, head_limited_protocol
+    from api.http import tls
+    from api.http.app import create_app
+    from api.http.http_protocol import HeadLimits, head_limited_protocol
     from conf.settings import load_settings
     from storage_layout import store
 

@@ -29,7 +29,7 @@ def gateway_client(args) -> httpx.Client:
     # LAKELOG_API_KEY (`<key_id>.<secret>`, as `lakelog api-keys create` prints it).
     # With TLS, the server is verified against LAKELOG_TLS_CA_FILE (else the system's CAs) and
     # LAKELOG_TLS_CERT_FILE/KEY_FILE, if set, are presented as the client certificate.
-    from api.broker import node_tls
+    from api.core import node_tls
     from conf.settings import load_settings
 
     api_key = os.environ.get(API_KEY_ENV)

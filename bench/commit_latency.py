@@ -23,7 +23,7 @@ from storage_layout.topic_config import TopicConfig  # noqa: E402
 RECORD = [NewRecord(None, b"x" * 100)]
 
 
-UPKEEP_EVERY_COMMITS = 32  # as the gateway's writer (api/broker/writer.py)
+UPKEEP_EVERY_COMMITS = 32  # as the gateway's writer (api/core/writer.py)
 
 
 def append(log: DeltaPartitionLog, config: TopicConfig) -> float:

@@ -1,4 +1,4 @@
-"""The cost of the request-head limits (api/http_protocol.py) against uvicorn's own httptools
+"""The cost of the request-head limits (api/http/http_protocol.py) against uvicorn's own httptools
 protocol, in one run.
 
 Two `uvicorn` child processes serve the same lakelog app on one data directory: `stock`
@@ -37,8 +37,8 @@ from tests.gateway_process import free_port  # noqa: E402
 
 SERVE = """
 import sys, uvicorn
-from api.app import create_app
-from api.http_protocol import HeadLimits, head_limited_protocol
+from api.http.app import create_app
+from api.http.http_protocol import HeadLimits, head_limited_protocol
 from conf.settings import load_settings
 kind, port, data_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 settings = load_settings(data_dir=data_dir, port=port)

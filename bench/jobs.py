@@ -86,7 +86,7 @@ from storage_layout.topic_config import TopicConfig  # noqa: E402
 TOPIC = "bench"
 SEGMENT_BYTES_MIN = 14  # TopicConfig's minimum: every append rolls a new segment
 SEGMENT_STEP_MS = 3_600_000  # record timestamps grow by this much per segment (retention)
-UPKEEP_EVERY_COMMITS = 32  # as the gateway's writer (api/broker/writer.py)
+UPKEEP_EVERY_COMMITS = 32  # as the gateway's writer (api/core/writer.py)
 DEFAULT_HISTORY = "100,1000,4000"
 DEFAULT_DELETABLE = 50
 DEFAULT_DELETABLE_SERIES = "10,100,1000"

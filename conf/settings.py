@@ -39,8 +39,9 @@ class Settings(BaseSettings):
     stream_record_bytes_max: int = Field(default=2 * MIB, gt=0)
     headers_per_record_max: int = Field(default=64, ge=0)
     key_bytes_max: int = Field(default=64 * 1024, gt=0)
-    # The request line and headers (api/http_protocol.py): 414/431 beyond these, 408 if they take
-    # longer than the timeout to arrive (slow loris). Tomcat's and nginx's orders of magnitude.
+    # The request line and headers (api/http/http_protocol.py): 414/431 beyond these, 408 if
+    # they take longer than the timeout to arrive (slow loris). Tomcat's and nginx's orders of
+    # magnitude.
     request_head_bytes_max: int = Field(default=64 * 1024, ge=1024)
     request_headers_max: int = Field(default=100, gt=0)
     request_head_timeout_ms: int = Field(default=30_000, ge=0)

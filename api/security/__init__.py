@@ -1,2 +1,3 @@
 """Authentication (API keys, node signatures), Kafka-style ACL authorization and byte-rate
-quotas for the gateway. See README "Security" and `rules.py` for the route -> ACL table."""
+quotas, shared by every front-end. See README "Security"; the HTTP route -> ACL table is
+api/http/route_rules.py."""

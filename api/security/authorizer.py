@@ -14,6 +14,8 @@ from collections.abc import Iterable
 
 from storage_layout.acls import ANY_PRINCIPAL, WILDCARD, AclBinding
 
+CLUSTER_RESOURCE_NAME = "kafka-cluster"  # the one cluster resource, named as in Kafka
+
 IMPLIED_BY = {
     "DESCRIBE": frozenset({"READ", "WRITE", "DELETE", "ALTER"}),
     "DESCRIBE_CONFIGS": frozenset({"ALTER_CONFIGS"}),

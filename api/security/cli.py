@@ -187,7 +187,7 @@ def _add_acls(commands) -> None:
 
 
 def _resources(args) -> list[tuple[str, str]]:
-    from api.security.rules import CLUSTER_RESOURCE_NAME
+    from api.security.authorizer import CLUSTER_RESOURCE_NAME
 
     found = [("cluster", CLUSTER_RESOURCE_NAME)] if args.cluster else []
     for flag, resource_type in ACL_RESOURCE_FLAGS:

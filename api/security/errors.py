@@ -1,40 +1,39 @@
-"""Security failures, as Confluent error bodies with stable codes.
-
-40101 authentication failed (401 with `WWW-Authenticate`), 40301 not authorized (403),
-42901 quota exceeded (429 with `Retry-After` in seconds).
-"""
+"""Security failures: one tree with stable codes, shared by every front-end. Each front-end maps
+them to its wire: HTTP (api/http/errors.py) to 401 40101 with `WWW-Authenticate`, 403 40301 and
+429 42901 with `Retry-After`; the Kafka protocol to its SASL and authorization error codes."""
 
 from __future__ import annotations
 
 import math
 
-from api.errors import ApiError
 
-AUTH_CHALLENGE = 'Bearer realm="lakelog", Basic realm="lakelog"'
+class SecurityError(Exception):
+    code = "SECURITY_ERROR"
 
 
-class AuthenticationFailed(ApiError):
+class AuthenticationFailed(SecurityError):
     """Missing or invalid credentials; the message never says which (or if the key exists)."""
 
+    code = "AUTHENTICATION_FAILED"
+
     def __init__(self, message: str = "Authentication failed: missing or invalid credentials."):
-        super().__init__(401, 40101, message, headers={"WWW-Authenticate": AUTH_CHALLENGE})
+        super().__init__(message)
 
 
-class AuthorizationFailed(ApiError):
+class AuthorizationFailed(SecurityError):
     """The principal may not do this (no ACL allows it, or one denies it)."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(403, 40301, message)
+    code = "AUTHORIZATION_FAILED"
 
 
-class QuotaExceeded(ApiError):
-    """The principal is over its byte rate on this node: retry after `retry_after_s`."""
+class QuotaExceeded(SecurityError):
+    """The principal is over its byte rate on this node: retry after `retry_after_s` (whole
+    seconds, at least 1)."""
+
+    code = "THROTTLED"
 
     def __init__(self, kind: str, retry_after_s: float) -> None:
-        seconds = max(1, math.ceil(retry_after_s))
+        self.retry_after_s = max(1, math.ceil(retry_after_s))
         super().__init__(
-            429,
-            42901,
-            f"The {kind} byte-rate quota is exceeded; retry after {seconds} s.",
-            headers={"Retry-After": str(seconds)},
+            f"The {kind} byte-rate quota is exceeded; retry after {self.retry_after_s} s."
         )

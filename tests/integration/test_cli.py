@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from api.app import VERSION
+from api.http.app import VERSION
 from tests.gateway_process import free_port
 from tests.integration.helpers import b64, create_topic, produce
 

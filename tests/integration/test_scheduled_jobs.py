@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from api.broker.cluster import preferred_node
+from api.core.cluster import preferred_node
 from conf.settings import Settings
 from jobs.runner import JobRequest
 from jobs.schedule import run_schedule

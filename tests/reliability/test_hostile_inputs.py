@@ -2,12 +2,12 @@
 code, never a 5xx, and the gateway survives all of them.
 
 What protects the gateway (uvicorn 0.54 with httptools, as `lakelog serve` runs it):
-- bodies: `BodyLimitMiddleware` (api/limits.py) answers 413 from Content-Length, and counts
+- bodies: `BodyLimitMiddleware` (api/http/limits.py) answers 413 from Content-Length, and counts
   chunked bodies as they arrive; the v3 records stream is bounded per record instead;
-- JSON depth: 422 42213 above `JSON_DEPTH_MAX` (api/limits.py);
+- JSON depth: 422 42213 above `JSON_DEPTH_MAX` (api/http/limits.py);
 - malformed request lines, NUL or raw non-ASCII bytes in the path, bad Content-Length: the HTTP
   parser answers 400 before the application;
-- the request head (api/http_protocol.py): 414 for a URL, 431 for headers beyond
+- the request head (api/http/http_protocol.py): 414 for a URL, 431 for headers beyond
   `LAKELOG_REQUEST_HEAD_BYTES_MAX` or `LAKELOG_REQUEST_HEADERS_MAX`, 408 when the head takes
   longer than `LAKELOG_REQUEST_HEAD_TIMEOUT_MS` (slow loris, idle connections);
 - slow clients: asyncio serves other connections meanwhile, `timeout_keep_alive` (75 s) closes
@@ -603,7 +603,7 @@ def _refusal(response: httpx.Response, status: int, limit_name: str) -> None:
 )
 def test_oversized_head_is_431_without_memory_growth(hostile_gateway, http, headers):
     """A head beyond 64 KiB is refused with 431 as it arrives, not buffered (httptools has no
-    limit of its own: an 8 MB header was answered 200 before api/http_protocol.py)."""
+    limit of its own: an 8 MB header was answered 200 before api/http/http_protocol.py)."""
     rss_before = _rss_bytes(hostile_gateway.process.pid)
     _refusal(http.get("/topics", headers=headers), 431, "LAKELOG_REQUEST_HEAD_BYTES_MAX")
     assert _rss_bytes(hostile_gateway.process.pid) - rss_before < 32 * 1024 * 1024

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from fastapi.routing import iter_route_contexts
 
-from api.app import create_app
+from api.http.app import create_app
+from api.http.errors import error_response
+from api.http.route_rules import RULES, rule_for
+from api.http.security_middleware import parse_credentials
 from api.security import node_auth
 from api.security.authorizer import Authorizer
 from api.security.errors import AuthenticationFailed, QuotaExceeded
-from api.security.middleware import parse_credentials
 from api.security.quotas import QuotaManager
-from api.security.rules import RULES, rule_for
 from conf.settings import Settings
 from storage_layout import principals as principals_module
 from storage_layout.acls import AclBinding, AclFilter, AclStore
@@ -205,7 +206,9 @@ def test_token_bucket_throttles_after_the_rate_is_used():
     quotas.charge("User:a", "produce", 3000)  # 1000 tokens - 3000 = 2 s of debt
     with pytest.raises(QuotaExceeded) as raised:
         quotas.check("User:a", "produce")
-    assert raised.value.headers["Retry-After"] == "2" and raised.value.error_code == 42901
+    assert raised.value.retry_after_s == 2
+    response = error_response(raised.value)
+    assert response.headers["Retry-After"] == "2" and response.status_code == 429
     quotas.check("User:b", "produce")  # per principal
     now[0] += 2.01
     quotas.check("User:a", "produce")

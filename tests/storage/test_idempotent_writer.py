@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from deltalake import DeltaTable
 
-from api.broker.writer import CommitLimits, PartitionWriter
+from api.core.writer import CommitLimits, PartitionWriter
 from storage_layout.errors import (
     DuplicateSequence,
     OutOfOrderSequence,

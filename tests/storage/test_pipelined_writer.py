@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from deltalake import DeltaTable
 
-from api.broker.writer import UPKEEP_EVERY_COMMITS, CommitLimits, PartitionWriter
+from api.core.writer import UPKEEP_EVERY_COMMITS, CommitLimits, PartitionWriter
 from storage_layout.errors import StorageUnavailable
 from storage_layout.log import COMPACT_FILES_MIN, DeltaPartitionLog
 from storage_layout.records import NewRecord

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from api.groups.assignors import (
+from api.core.groups.assignors import (
     ASSIGNORS,
     Assignment,
     MemberSubscription,

@@ -1,18 +1,18 @@
-"""The consumer group state machine (api/groups/group.py) with a manual clock: joins, rebalances,
-generations, sessions, static membership, cooperative follow-ups."""
+"""The consumer group state machine (api/core/groups/group.py) with a manual clock: joins,
+rebalances, generations, sessions, static membership, cooperative follow-ups."""
 
 from __future__ import annotations
 
 import pytest
 
-from api.groups.errors import (
+from api.core.groups.errors import (
     FencedInstanceId,
     IllegalGeneration,
     InconsistentGroupProtocol,
     RebalanceInProgress,
     UnknownMemberId,
 )
-from api.groups.group import Group, GroupState, JoinRequest, Subscription
+from api.core.groups.group import Group, GroupState, JoinRequest, Subscription
 from storage_layout.records import TopicPartition
 
 PARTITIONS = {"orders": 4, "audit": 1}

@@ -1,4 +1,0 @@
-"""Broker services: partition writers, fetch, topic admin.
-
-No FastAPI here, so they are testable without HTTP.
-"""

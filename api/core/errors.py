@@ -1,0 +1,51 @@
+"""Broker errors: one tree, stable codes. Storage errors pass through unchanged; both trees are
+mapped to HTTP in one place (api/http/errors.py)."""
+
+from __future__ import annotations
+
+
+class BrokerError(Exception):
+    code = "BROKER_ERROR"
+    retriable = False
+
+
+class RecordTooLarge(BrokerError):
+    """A record is larger than the topic's max.message.bytes."""
+
+    code = "RECORD_TOO_LARGE"
+
+    def __init__(self, *, index: int, size_bytes: int, limit_bytes: int) -> None:
+        super().__init__(
+            f"Record {index} is {size_bytes} bytes (key + value + headers), more than the topic's "
+            f"max.message.bytes={limit_bytes}. Split the record or raise max.message.bytes."
+        )
+        self.index = index
+
+
+class InvalidRequest(BrokerError):
+    """The request is well-formed JSON but asks for something impossible (e.g. bad offset)."""
+
+    code = "INVALID_REQUEST"
+
+
+class NotLeader(BrokerError):
+    """This node does not lead the partition (and could not forward to the node that does)."""
+
+    code = "NOT_LEADER_OR_FOLLOWER"
+    retriable = True
+
+    def __init__(self, message: str, *, leader_id: int | None = None) -> None:
+        super().__init__(message)
+        self.leader_id = leader_id
+
+
+class BrokerShuttingDown(BrokerError):
+    code = "BROKER_NOT_AVAILABLE"
+    retriable = True
+
+
+class InvalidProducerRequest(BrokerError):
+    """Producer fields of a produce request are malformed or incomplete (e.g. a partition that
+    receives records has no base sequence)."""
+
+    code = "INVALID_PRODUCER_REQUEST"

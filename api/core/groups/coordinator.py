@@ -1,0 +1,476 @@
+"""The group coordinator of one gateway node: membership, rebalances and committed offsets of
+the consumer groups this node coordinates.
+
+Which node coordinates a group: the live node with the highest rendezvous hash for the group's
+coordinator slot (Kafka: the leader of `__consumer_offsets` partition hash(group) % 50). That
+node takes the group with a compare-and-set on the group's `txn` in `_meta/consumer_offsets`
+(storage_layout/consumer_offsets.py), and every offset commit asserts it, so a deposed
+coordinator can never commit again. Other nodes forward the group's requests to it, so any node
+serves any group. Membership lives in the coordinator's memory; after a failover the members
+get UNKNOWN_MEMBER_ID and join again, and the offsets are reloaded from the table.
+
+Concurrency contract: everything runs on the broker's event loop; blocking storage calls go to
+the broker's executor. Offset commits of one group are batched: one Delta commit takes every
+commit queued on this node while the previous one was being written, of every group this
+node coordinates (group commit, as for produce).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from api.core.cluster import preferred_node
+from api.core.groups.errors import (
+    GroupNotFound,
+    InvalidGroupRequest,
+    NonEmptyGroup,
+    NotCoordinator,
+    RebalanceInProgress,
+    UnknownMemberId,
+)
+from api.core.groups.group import Group, GroupState, JoinRequest, MemberView
+from storage_layout.consumer_offsets import (
+    CommittedOffset,
+    ConsumerOffsets,
+    GroupCommit,
+    OffsetCommit,
+)
+from storage_layout.errors import LeadershipConflict
+from storage_layout.log import Leadership
+from storage_layout.partitioner import murmur2, to_positive
+from storage_layout.records import TopicPartition
+
+log = logging.getLogger("lakelog.groups")
+
+COORDINATOR_SLOTS = 50  # Kafka's offsets.topic.num.partitions: groups map to slots, slots to nodes
+COORDINATOR_TOPIC = "__consumer_offsets"
+TICK_S = 0.1  # how often sessions expire and rebalance deadlines are checked
+METADATA_CHECK_S = 5.0  # how often subscribed topics are checked for new partitions or matches
+SESSION_TIMEOUT_MS_RANGE = (1_000, 1_800_000)  # Kafka's group.min/max.session.timeout.ms
+
+
+def coordinator_slot(group_id: str) -> int:
+    return to_positive(murmur2(group_id.encode())) % COORDINATOR_SLOTS
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    member_id: str
+    generation: int
+    protocol: str | None
+    leader_id: str | None
+    assignment: tuple[TopicPartition, ...]
+    members: tuple[MemberView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    generation: int
+    protocol: str | None
+    leader_id: str | None
+    coordinator_id: int
+    members: tuple[MemberView, ...]
+
+
+@dataclass(slots=True)
+class _PendingCommit:
+    commits: Sequence[OffsetCommit]
+    member_id: str | None
+    generation: int
+    future: asyncio.Future
+
+
+@dataclass(slots=True)
+class _GroupSlot:
+    """What this node keeps for a group it coordinates."""
+
+    group: Group
+    held: Leadership
+    offsets: dict[TopicPartition, CommittedOffset]
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    topics_seen: dict[str, int] = field(default_factory=dict)  # partitions at last rebalance
+
+
+class GroupCoordinator:
+    """The groups this node coordinates, and where the others are coordinated."""
+
+    def __init__(
+        self,
+        *,
+        offsets: ConsumerOffsets,
+        node_id: int,
+        live_nodes: Callable[[], list[int]],
+        node_url: Callable[[int], str | None],
+        topics: Callable[[], asyncio.Future],
+        blocking: Callable,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._offsets = offsets
+        self.node_id = node_id
+        self._live_nodes = live_nodes
+        self._node_url = node_url
+        self._topics = topics  # async () -> {topic name: partitions}
+        self._blocking = blocking
+        self._clock = clock
+        self._slots: dict[str, _GroupSlot] = {}
+        self._taking: dict[str, asyncio.Lock] = {}
+        self._ticker: asyncio.Task | None = None
+        self._queue: list[tuple[str, _PendingCommit]] = []  # offset commits of every group
+        self._committer: asyncio.Task | None = None
+        self._last_metadata_check_s = 0.0
+        self.before_rebalance: Callable[[str], asyncio.Future] | None = None  # REST instances
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        if self._committer is not None:
+            await asyncio.gather(self._committer, return_exceptions=True)
+
+    # ---- routing ---------------------------------------------------------------------------
+
+    def coordinator_of(self, group_id: str) -> int:
+        return preferred_node(self._live_nodes(), COORDINATOR_TOPIC, coordinator_slot(group_id))
+
+    def remote_url(self, group_id: str) -> str | None:
+        """The coordinator's URL when another node coordinates the group (None: this node).
+        A group this node no longer should coordinate is dropped here (handed over)."""
+        node = self.coordinator_of(group_id)
+        if node == self.node_id:
+            return None
+        self._drop(group_id)
+        url = self._node_url(node)
+        if url is None:
+            raise NotCoordinator(f"Node {node} coordinates group '{group_id}' but has no URL yet.")
+        return url
+
+    def local_groups(self) -> dict[str, Group]:
+        return {group_id: slot.group for group_id, slot in self._slots.items()}
+
+    # ---- membership ------------------------------------------------------------------------
+
+    async def join(self, group_id: str, request: JoinRequest) -> JoinResult:
+        """Join (or rejoin) and wait until the rebalance completes; returns the assignment."""
+        _check_join(request)
+        slot = await self._slot(group_id)
+        group = slot.group
+        member = group.join(request)
+        self._notify(slot)
+        deadline_s = self._clock() + request.rebalance_timeout_ms / 1000 + 1.0
+        while group.state == GroupState.PREPARING_REBALANCE and self._clock() < deadline_s:
+            if group.ready_to_complete():
+                await self._complete(group_id, slot)
+                break
+            await self._wait(slot, min(TICK_S, deadline_s - self._clock()))
+        if member.member_id not in group.members:
+            raise UnknownMemberId(f"Member {member.member_id} was removed during the rebalance.")
+        if group.state == GroupState.PREPARING_REBALANCE:
+            raise RebalanceInProgress(f"Group '{group_id}' did not finish rebalancing in time.")
+        # The join response carries the assignment (computed here, not by a leader member),
+        # so delivering it is the member's sync; a separate sync call is optional.
+        group.sync(member.member_id, group.generation)
+        self._notify(slot)
+        return JoinResult(
+            member.member_id,
+            group.generation,
+            group.protocol,
+            group.leader_id,
+            tuple(sorted(member.assignment)),
+            tuple(group.views()),
+        )
+
+    async def sync(self, group_id: str, member_id: str, generation: int) -> tuple:
+        slot = await self._slot(group_id)
+        assignment = slot.group.sync(member_id, generation)
+        self._notify(slot)
+        return tuple(sorted(assignment))
+
+    async def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
+        slot = await self._slot(group_id)
+        slot.group.heartbeat(member_id, generation)
+
+    async def leave(self, group_id: str, member_id: str) -> None:
+        slot = await self._slot(group_id)
+        slot.group.leave(member_id)
+        self._notify(slot)
+
+    async def group(self, group_id: str) -> Group:
+        return (await self._slot(group_id)).group
+
+    async def wait_for_change(self, group_id: str, timeout_s: float) -> None:
+        await self._wait(await self._slot(group_id), timeout_s)
+
+    async def complete_if_ready(self, group_id: str) -> None:
+        slot = await self._slot(group_id)
+        if slot.group.ready_to_complete():
+            await self._complete(group_id, slot)
+
+    # ---- offsets ---------------------------------------------------------------------------
+
+    async def commit(
+        self,
+        group_id: str,
+        commits: Sequence[OffsetCommit],
+        *,
+        member_id: str | None,
+        generation: int,
+    ) -> None:
+        """Commit offsets (the next offset to read per partition), batched with others.
+
+        A member commits with its generation: unknown members get UNKNOWN_MEMBER_ID, older
+        generations ILLEGAL_GENERATION, and commits during a rebalance REBALANCE_IN_PROGRESS.
+        Without a member (generation -1) the group must have no members (an admin reset).
+        """
+        _check_commits(commits)
+        slot = await self._slot(group_id)
+        self._check_committer(slot.group, member_id, generation)
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((group_id, _PendingCommit(commits, member_id, generation, future)))
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
+        await future
+
+    async def check_committer(self, group_id: str, member_id: str | None, generation: int) -> None:
+        """Raise what `commit` would for this member and generation, committing nothing (a
+        caller that writes elsewhere first, as a dead letter, checks before it writes)."""
+        slot = await self._slot(group_id)
+        self._check_committer(slot.group, member_id, generation)
+
+    async def committed(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
+        return dict((await self._slot(group_id)).offsets)
+
+    # ---- admin -----------------------------------------------------------------------------
+
+    async def describe(self, group_id: str) -> GroupDescription:
+        slot = await self._slot(group_id)
+        group = slot.group
+        if group.state == GroupState.EMPTY and not slot.offsets:
+            raise GroupNotFound(group_id)
+        return GroupDescription(
+            group_id,
+            group.state.value,
+            group.generation,
+            group.protocol,
+            group.leader_id,
+            self.node_id,
+            tuple(group.views()),
+        )
+
+    async def stored_groups(self) -> list[str]:
+        """Every group with committed offsets on the storage root (any coordinator)."""
+        return await self._blocking(self._offsets.groups)
+
+    # ---- internals: taking a group -------------------------------------------------------------
+
+    async def _slot(self, group_id: str) -> _GroupSlot:
+        if not group_id:
+            raise InvalidGroupRequest("The group id must not be empty.")
+        slot = self._slots.get(group_id)
+        if slot is not None:
+            return slot
+        if self.coordinator_of(group_id) != self.node_id:
+            raise NotCoordinator(f"This node does not coordinate group '{group_id}'; retry.")
+        lock = self._taking.setdefault(group_id, asyncio.Lock())
+        async with lock:
+            if group_id not in self._slots:
+                self._slots[group_id] = await self._take(group_id)
+        return self._slots[group_id]
+
+    async def _take(self, group_id: str) -> _GroupSlot:
+        current = await self._blocking(self._offsets.group_coordinator, group_id)
+        try:
+            held = await self._blocking(
+                self._offsets.take_group, group_id, self.node_id, expected=current
+            )
+        except LeadershipConflict as error:
+            raise NotCoordinator(f"Another node took group '{group_id}' first; retry.") from error
+        stored = await self._blocking(self._offsets.load, group_id)
+        group = Group(group_id, self._clock)
+        # Generations continue above the newest one stored with a committed offset. A number
+        # handed out before a restart but never committed with may be handed out again; that
+        # is safe because membership is in memory and member ids are random: every member of
+        # the previous coordinator is unknown here (UNKNOWN_MEMBER_ID comes before the
+        # generation check), whatever its generation. Chaos T3g checks this.
+        group.generation = max((o.generation for o in stored.values()), default=0)
+        log.info("node %s coordinates group %s (epoch %s)", self.node_id, group_id, held.epoch)
+        return _GroupSlot(group, held, stored)
+
+    def _drop(self, group_id: str) -> None:
+        slot = self._slots.pop(group_id, None)
+        if slot is not None:
+            slot.group.mark_dead()
+            self._notify(slot)
+            log.info("node %s hands group %s over", self.node_id, group_id)
+
+    # ---- internals: rebalancing ------------------------------------------------------------------
+
+    async def _complete(self, group_id: str, slot: _GroupSlot) -> None:
+        if self.before_rebalance is not None:
+            await self.before_rebalance(group_id)
+        if not slot.group.ready_to_complete():
+            return  # another coroutine completed it meanwhile
+        partitions = await self._topics()
+        if not slot.group.ready_to_complete():
+            return
+        slot.group.complete_rebalance(partitions, frozenset(partitions))
+        log.info(
+            "group %s generation %s: %s members, %s",
+            group_id,
+            slot.group.generation,
+            len(slot.group.members),
+            slot.group.state.value,
+        )
+        slot.topics_seen = _relevant(slot.group, partitions)
+        self._notify(slot)
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                await self._tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("group coordinator tick failed")
+
+    async def _tick(self) -> None:
+        check_metadata = self._clock() - self._last_metadata_check_s >= METADATA_CHECK_S
+        partitions = await self._topics() if check_metadata else None
+        if check_metadata:
+            self._last_metadata_check_s = self._clock()
+        for group_id, slot in list(self._slots.items()):
+            group = slot.group
+            if group.expire():
+                self._notify(slot)
+            if partitions is not None and group.state == GroupState.STABLE:
+                if _relevant(group, partitions) != slot.topics_seen:
+                    group.request_rebalance()  # partitions added, or a pattern matches more
+                    self._notify(slot)
+            if group.ready_to_complete():
+                await self._complete(group_id, slot)
+
+    def _notify(self, slot: _GroupSlot) -> None:
+        changed, slot.changed = slot.changed, asyncio.Event()
+        changed.set()
+
+    async def _wait(self, slot: _GroupSlot, timeout_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(slot.changed.wait(), max(0.0, timeout_s))
+
+    # ---- internals: offset commits ---------------------------------------------------------
+
+    def _check_committer(self, group: Group, member_id: str | None, generation: int) -> None:
+        if member_id is None and generation < 0:
+            if group.members:
+                raise NonEmptyGroup(
+                    f"Group '{group.group_id}' has {len(group.members)} active member(s): "
+                    f"offsets outside a generation can be set only while it has none."
+                )
+            return
+        if member_id is None:
+            raise InvalidGroupRequest("A commit with a generation must name its member_id.")
+        group.touch(member_id)
+        group.check_generation(generation)
+        # As Kafka: members of the current generation may still commit while the group
+        # prepares a rebalance (that is when they give partitions up), not once it assigns.
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            raise RebalanceInProgress(
+                f"Group '{group.group_id}' is completing a rebalance: sync, then commit."
+            )
+
+    async def _commit_loop(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            by_group: dict[str, list[_PendingCommit]] = {}
+            for group_id, pending in batch:
+                by_group.setdefault(group_id, []).append(pending)
+            try:
+                results = await self._write(by_group)
+            except Exception as error:  # the whole Delta commit failed: nobody is committed
+                results = dict.fromkeys(by_group, error)
+            for group_id, pendings in by_group.items():
+                error = results.get(group_id)
+                if isinstance(error, LeadershipConflict):
+                    self._drop(group_id)
+                    error = NotCoordinator(f"Group '{group_id}' moved to another node; retry.")
+                for pending in pendings:
+                    if pending.future.done():
+                        continue
+                    if isinstance(error, Exception):
+                        pending.future.set_exception(error)
+                    else:
+                        pending.future.set_result(None)
+
+    async def _write(self, by_group: dict[str, list[_PendingCommit]]) -> dict[str, object]:
+        """One Delta commit for every queued commit of every group: each row names its
+        member and generation; a partition committed twice keeps the later offset."""
+        entries, merged_by_group, results = [], {}, {}
+        for group_id, pendings in by_group.items():
+            slot = self._slots.get(group_id)
+            if slot is None:
+                results[group_id] = NotCoordinator(f"Group '{group_id}' moved; retry.")
+                continue
+            merged: dict[TopicPartition, OffsetCommit] = {}
+            for pending in pendings:
+                for commit in pending.commits:
+                    merged[TopicPartition(commit.topic, commit.partition)] = dataclasses.replace(
+                        commit, generation=pending.generation, member_id=pending.member_id
+                    )
+            merged_by_group[group_id] = merged
+            entries.append(GroupCommit(group_id, slot.held, list(merged.values())))
+        if not entries:
+            return results
+        now_ms = int(time.time() * 1000)
+        stored = await self._blocking(self._offsets.commit_many, entries, now_ms=now_ms)
+        for group_id, outcome in stored.items():
+            results[group_id] = outcome
+            slot = self._slots.get(group_id)
+            if isinstance(outcome, Exception) or slot is None:
+                continue
+            for tp, commit in merged_by_group[group_id].items():
+                slot.offsets[tp] = CommittedOffset(
+                    commit.offset, commit.metadata, commit.generation, commit.member_id, now_ms
+                )
+        return results
+
+
+def _relevant(group: Group, partitions: dict[str, int]) -> dict[str, int]:
+    """Partition counts of the topics the group's members subscribe to now."""
+    all_topics = frozenset(partitions)
+    topics = set().union(*(m.subscription.resolve(all_topics) for m in group.members.values()))
+    return {topic: partitions[topic] for topic in sorted(topics) if topic in partitions}
+
+
+def _check_join(request: JoinRequest) -> None:
+    low, high = SESSION_TIMEOUT_MS_RANGE
+    if not low <= request.session_timeout_ms <= high:
+        raise InvalidGroupRequest(
+            f"session.timeout.ms {request.session_timeout_ms} is outside {low}..{high}."
+        )
+    if request.rebalance_timeout_ms < 0:
+        raise InvalidGroupRequest("rebalance_timeout_ms (max.poll.interval.ms) must be >= 0.")
+    if not request.assignors:
+        raise InvalidGroupRequest("At least one assignor is required.")
+
+
+def _check_commits(commits: Sequence[OffsetCommit]) -> None:
+    for commit in commits:
+        if commit.offset < 0 or commit.partition < 0:
+            raise InvalidGroupRequest(
+                f"Offset {commit.offset} for {commit.topic}/{commit.partition}: offsets and "
+                f"partitions must be >= 0."
+            )

@@ -1,0 +1,594 @@
+"""PartitionWriter: the single writer of one partition, with group commit.
+
+Produce requests queue their records; whenever the writer is free it takes everything queued
+(bounded by records and bytes), appends it in one Delta commit with the offset CAS, then resolves
+every waiting request with its own base offset and wakes the long-polling fetchers.
+
+Idempotent producers: the writer checks each batch's (producer_id, epoch, sequence) when it forms
+a group commit, against the producer state of this partition plus the batches ahead of it in the
+same group (storage_layout/producer_state.py). Duplicates are answered with their original
+offsets, rejected batches with their error; the new state is kept tentative and adopted only once
+the commit (which stores the sequences in the same Delta version) has succeeded.
+
+Concurrency contract: `append`, `submit` and `appended_event` are called on the event loop; the
+blocking Delta commit runs on the shared executor, one commit at a time per partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from api.core.errors import BrokerShuttingDown, NotLeader
+from storage_layout.errors import AppendConflict, LeadershipConflict
+from storage_layout.log import DeltaPartitionLog
+from storage_layout.producer_state import Duplicate, ProducerBatch, ProducerStates
+from storage_layout.records import AppTransaction, NewRecord
+from storage_layout.topic_config import TopicConfig
+
+log = logging.getLogger("lakelog.writer")
+
+# Test-only fault point (conf/settings.py `fault_point`): exit right after a durable commit,
+# before any waiting request is answered, to test retries after an ambiguous failure.
+FAULT_AFTER_COMMIT_BEFORE_ACK = "after_commit_before_ack"
+FAULT_EXIT_CODE = 75
+# Housekeeping runs after this many commits, and at most once per UPKEEP_INTERVAL_MS: at a
+# high commit rate each pass then merges one larger run instead of many passes of 32 files.
+UPKEEP_EVERY_COMMITS = 32
+UPKEEP_INTERVAL_MS = 1000
+# A group commit that loses the offset CAS to another writer (a Spark task appending directly)
+# is planned again from the reloaded log until this long after its first attempt; only then do
+# its producers see the (retriable) error.
+CONFLICT_RETRY_MS = 10_000
+# How stale the log may look to a fetch at its head when another writer appends directly.
+FOREIGN_CHECK_INTERVAL_MS = 500
+# Bound on the producer ids a writer remembers having searched for in older files (a client
+# sending made-up ids must not grow it without end; forgetting only allows a second search).
+LOOKED_UP_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class BatchAck:
+    """One produce batch was committed at offsets [base_offset, base_offset + count).
+    `duplicate`: the table already held the batch's transaction; nothing was appended and
+    the original offsets are unknown (base_offset -1)."""
+
+    base_offset: int
+    count: int
+    append_time_ms: int
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class _Pending:
+    records: Sequence[NewRecord]
+    size_bytes: int
+    future: asyncio.Future
+    producer: ProducerBatch | None = None
+    transaction: AppTransaction | None = None  # committed alone, with this txn
+
+
+@dataclass(slots=True)
+class _Plan:
+    """A group commit after the sequence checks: what to append and what echoes it."""
+
+    base_offset: int  # the offset the commit is expected to start at (the high watermark)
+    states: ProducerStates  # tentative: adopted only after the commit succeeds
+    appends: list[tuple[_Pending, int]] = field(default_factory=list)  # (pending, offset)
+    echoes: list[tuple[_Pending, Duplicate]] = field(default_factory=list)  # same group
+    refused: list[tuple[_Pending, Exception]] = field(default_factory=list)  # sequence errors
+
+    def records(self) -> list[NewRecord]:
+        return [record for pending, _ in self.appends for record in pending.records]
+
+    def producer_columns(self) -> list | None:
+        if all(pending.producer is None for pending, _ in self.appends):
+            return None
+        return [column for pending, _ in self.appends for column in _columns(pending)]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitLimits:
+    linger_ms: int
+    records_max: int
+    bytes_max: int
+    producer_expiration_ms: int = 86_400_000
+
+
+class PartitionWriter:
+    """Queues and group-commits the appends of one partition."""
+
+    def __init__(
+        self,
+        log: DeltaPartitionLog,
+        *,
+        config: Callable[[], TopicConfig],
+        executor: Executor,
+        limits: CommitLimits,
+        fault_point: str | None = None,
+        can_write: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.log = log
+        self.deposed = False  # set when another node took the partition: the writer is done
+        self._can_write = can_write
+        self._config = config
+        self._executor = executor
+        self._limits = limits
+        self._fault_point = fault_point
+        self._states: ProducerStates | None = None  # loaded from the table when first needed
+        self._looked_up: set[int] = set()  # producers already searched for in older files
+        self._queue: list[_Pending] = []
+        self._wakeup = asyncio.Event()
+        self._appended = asyncio.Event()
+        self._closed = False
+        self._commits_since_upkeep = 0
+        self._expired_at_ms = 0  # when idle producers were last forgotten
+        self._upkeep_started = 0.0  # time.monotonic() of the last housekeeping start
+        self._upkeep: asyncio.Future | None = None
+        self._catch_up_requested = False
+        self._catch_up_asked_at = 0.0  # time.monotonic() of the last request
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def append(
+        self, records: Sequence[NewRecord], size_bytes: int, producer: ProducerBatch | None = None
+    ) -> BatchAck:
+        """Queue `records` (in order, contiguous offsets) and wait for their durable commit.
+
+        With `producer`, a retry of a committed batch returns the original BatchAck; a batch
+        breaking the sequence rules raises ProducerError and appends nothing.
+        """
+        return await self.submit(records, size_bytes, producer)
+
+    def submit(
+        self,
+        records: Sequence[NewRecord],
+        size_bytes: int,
+        producer: ProducerBatch | None = None,
+        transaction: AppTransaction | None = None,
+    ) -> asyncio.Future:
+        """Queue `records`; the returned future resolves to their BatchAck after the commit.
+
+        With `transaction`, the records are committed in a commit of their own that carries
+        it, unless the table already holds it (then the ack says `duplicate`)."""
+        if producer is not None and transaction is not None:
+            raise ValueError("a batch has a producer sequence or a transaction, not both")
+        if self.deposed:
+            raise NotLeader("This node no longer leads the partition; retry the request.")
+        if self._closed:
+            raise BrokerShuttingDown("The partition writer is closing; retry the request.")
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(records, size_bytes, future, producer, transaction))
+        self._wakeup.set()
+        return future
+
+    def notice_foreign_commits(self) -> None:
+        """Called by fetches and offset queries: at most every FOREIGN_CHECK_INTERVAL_MS, have
+        the writer task look for commits another writer made (a Spark task appending
+        directly, a retention or compaction job), so readers see them without waiting for
+        this node's next append."""
+        now = time.monotonic()
+        if (now - self._catch_up_asked_at) * 1000 < FOREIGN_CHECK_INTERVAL_MS:
+            return
+        self._catch_up_asked_at = now
+        self._catch_up_requested = True
+        self._wakeup.set()
+
+    def request_catch_up(self) -> None:
+        """Have the writer task follow other writers' commits now (a maintenance job of this
+        node just committed): readers then see what the table holds without waiting for the
+        next foreign-commit check."""
+        self._catch_up_asked_at = time.monotonic()
+        self._catch_up_requested = True
+        self._wakeup.set()
+
+    async def _catch_up(self) -> bool:
+        """Load other writers' commits; True if there were any (then the producer state is
+        rebuilt from the table when next needed)."""
+        self._catch_up_requested = False
+        loop = asyncio.get_running_loop()
+        try:
+            changed = await loop.run_in_executor(self._executor, self.log.catch_up)
+        except Exception as error:  # the next fetch asks again; appends reload on their own
+            log.warning("catching up with other writers failed: %r", error)
+            return False
+        if changed:
+            self._states = None
+            self._looked_up.clear()  # producers may now be found where they were not
+            self._wake_fetchers()
+        return changed
+
+    def appended_event(self) -> asyncio.Event:
+        """An event set by the next commit (fetchers wait on it instead of polling)."""
+        return self._appended
+
+    async def close(self) -> None:
+        """Stop taking appends; the queue already taken is committed first."""
+        self._closed = True
+        self._wakeup.set()
+        await self._task
+        if self._upkeep is not None:
+            await asyncio.gather(self._upkeep, return_exceptions=True)
+            await self._commit_merge_when_idle()  # a pass that finished after the last append
+
+    async def _run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            if self._limits.linger_ms and not self._closed:
+                await asyncio.sleep(self._limits.linger_ms / 1000)
+            while self._queue:
+                if _plain(self._queue[0]):
+                    await self._commit_plain_groups()
+                else:
+                    await self._commit(self._take_batch())
+            if self._catch_up_requested:
+                await self._catch_up()
+            await self._commit_merge_when_idle()
+            if self._closed:
+                return
+
+    async def _commit_merge_when_idle(self) -> None:
+        """Housekeeping's small-file merge rides on the next append; with none queued (the
+        partition went quiet, or the writer closes), it is committed on its own."""
+        upkeep_running = self._upkeep is not None and not self._upkeep.done()
+        if self._queue or upkeep_running or not self.log.merge_pending or self.deposed:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self.log.commit_pending_merge)
+        except Exception as error:  # noqa: BLE001 - a later pass plans the merge again
+            log.warning("committing a small-file merge failed: %r", error)
+
+    async def _commit_plain_groups(self) -> None:
+        """Group commits of plain batches (no producer ids, no txn), pipelined: the next
+        group's data file is written while the previous group's commit is in flight. On an
+        object store each is a request of ~20 ms, so a commit costs about one request of
+        latency instead of two in a row. Returns when no commit is in flight and the queue is
+        empty or starts with a batch that is not plain (committed on its own path)."""
+        committing: _Committing | None = None
+        while True:
+            if self._queue and _plain(self._queue[0]):
+                batch = self._take_batch()
+                staged = await self._stage(batch, None if committing is None else committing.staged)
+                if committing is not None:
+                    retry = await committing.task
+                    committing = None
+                    if retry is not None:  # its offsets are taken or moved: plan both again
+                        self._queue[:0] = retry + ([] if staged is None else batch)
+                        await self._discard(staged)
+                        continue
+                if staged is not None:
+                    committing = _Committing(staged, self._start_commit(batch, staged))
+                continue
+            if committing is None:
+                return
+            if await self._wait_commit_or_arrival(committing.task):
+                retry = await committing.task
+                committing = None
+                if retry is not None:
+                    self._queue[:0] = retry
+
+    async def _wait_commit_or_arrival(self, task: asyncio.Future) -> bool:
+        """Wait for the commit in flight or a new produce; True if the commit is done."""
+        arrival = asyncio.ensure_future(self._wakeup.wait())
+        try:
+            await asyncio.wait({task, arrival}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            arrival.cancel()
+        if self._wakeup.is_set() and not task.done():
+            self._wakeup.clear()
+        return task.done()
+
+    async def _stage(self, batch: list[_Pending], after) -> Any:
+        """Write the batch's data file (offsets after `after`'s, if given); None if that
+        failed (every waiter has learnt why: nothing of it was committed)."""
+        loop = asyncio.get_running_loop()
+        records = [record for pending in batch for record in pending.records]
+        config = self._config()
+        try:
+            self._check_can_write()
+            return await loop.run_in_executor(
+                self._executor,
+                lambda: self.log.stage_append(records, config=config, after=after),
+            )
+        except Exception as error:  # noqa: BLE001 - every waiter learns it
+            _fail(batch, error)
+            return None
+
+    async def _discard(self, staged) -> None:
+        if staged is None:
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self.log.discard_staged, staged)
+
+    def _start_commit(self, batch: list[_Pending], staged) -> asyncio.Future:
+        first_try = time.monotonic()
+        return asyncio.ensure_future(self._commit_staged(batch, staged, first_try))
+
+    async def _commit_staged(
+        self, batch: list[_Pending], staged, first_try: float
+    ) -> list[_Pending] | None:
+        """Commit a staged plain group and answer its waiters. Returns the batch when it must
+        be planned again (it lost the offset CAS to another writer; nobody was answered),
+        else None (committed, or failed with every waiter told)."""
+        loop = asyncio.get_running_loop()
+        try:
+            self._check_can_write()
+            result = await loop.run_in_executor(self._executor, self.log.commit_staged, staged)
+        except Exception as error:  # every waiter learns the failure; nothing was acknowledged
+            if isinstance(error, AppendConflict):
+                self._states = None  # another writer committed: rebuild from the table
+                if (time.monotonic() - first_try) * 1000 < CONFLICT_RETRY_MS:
+                    return batch
+            if isinstance(error, LeadershipConflict):
+                self.deposed = True
+            _fail(batch, error)
+            return []  # not None: a group staged after this one must be planned again
+        if self._fault_point == FAULT_AFTER_COMMIT_BEFORE_ACK:
+            os._exit(FAULT_EXIT_CODE)
+        offset = result.base_offset
+        for pending in batch:
+            _resolve(pending, BatchAck(offset, len(pending.records), result.append_time_ms))
+            offset += len(pending.records)
+        self._wake_fetchers()
+        self._maybe_start_housekeeping()
+        return None
+
+    def _take_batch(self) -> list[_Pending]:
+        batch, records, size = [], 0, 0
+        while self._queue:
+            pending = self._queue[0]
+            over = records + len(pending.records) > self._limits.records_max or (
+                size + pending.size_bytes > self._limits.bytes_max
+            )
+            alone = pending.transaction is not None or (batch and batch[0].transaction)
+            mixed = batch and _plain(batch[0]) != _plain(pending)
+            if batch and (over or alone or mixed):
+                break
+            batch.append(self._queue.pop(0))
+            records += len(pending.records)
+            size += pending.size_bytes
+        return batch
+
+    async def _commit(self, batch: list[_Pending]) -> None:
+        if batch[0].transaction is not None:
+            await self._commit_transaction(batch[0])
+            return
+        first_try = time.monotonic()
+        while batch and not await self._commit_group(batch, first_try):
+            batch = [p for p in batch if not p.future.done()]  # lost the CAS: plan again
+
+    async def _commit_group(self, batch: list[_Pending], first_try: float) -> bool:
+        """One attempt at a group commit; False if it lost the offset CAS to another writer
+        (e.g. a Spark task appending directly) and should be planned again."""
+        loop = asyncio.get_running_loop()
+        now_ms = int(time.time() * 1000)
+        try:
+            self._check_can_write()
+            if self._states is None and any(p.producer is not None for p in batch):
+                self._states = await loop.run_in_executor(self._executor, self.log.producer_states)
+            await self._look_up_older_producers(batch, now_ms)
+            self._maybe_expire_producers(now_ms)
+            plan = self._plan(batch, now_ms)
+            if plan.refused and await self._state_may_be_stale(first_try):
+                return False  # plan again against the table as it is now
+        except Exception as error:  # the state could not be rebuilt: nobody is acknowledged
+            _fail(batch, error)
+            return True
+        for pending, error in plan.refused:
+            _fail([pending], error)
+        if not plan.appends:
+            return True
+        try:
+            result = await loop.run_in_executor(self._executor, self._append_blocking, plan, now_ms)
+        except Exception as error:  # every waiter learns the failure; nothing was acknowledged
+            if isinstance(error, AppendConflict):
+                self._states = None  # another writer committed: rebuild from the table
+                if (time.monotonic() - first_try) * 1000 < CONFLICT_RETRY_MS:
+                    return False
+            if isinstance(error, LeadershipConflict):
+                self.deposed = True  # every later batch fails too: it must go to the new leader
+            _fail([p for p, _ in plan.appends] + [p for p, _ in plan.echoes], error)
+            return True
+        if self._fault_point == FAULT_AFTER_COMMIT_BEFORE_ACK:
+            os._exit(FAULT_EXIT_CODE)
+        shift = result.base_offset - plan.base_offset  # 0 unless the log reloaded mid-append
+        self._adopt(plan, shift)
+        for pending, offset in plan.appends:
+            _resolve(pending, BatchAck(offset + shift, len(pending.records), now_ms))
+        for pending, duplicate in plan.echoes:
+            _resolve(pending, BatchAck(duplicate.base_offset + shift, len(pending.records), now_ms))
+        self._wake_fetchers()
+        self._maybe_start_housekeeping()
+        return True
+
+    async def _commit_transaction(self, pending: _Pending) -> None:
+        """A batch with a writer's txn: committed alone, or acknowledged as a duplicate when
+        the table already holds the txn (storage's append_once)."""
+        loop = asyncio.get_running_loop()
+        now_ms = int(time.time() * 1000)
+        try:
+            self._check_can_write()
+            result = await loop.run_in_executor(
+                self._executor,
+                lambda: self.log.append_once(
+                    pending.records,
+                    config=self._config(),
+                    transaction=pending.transaction,
+                    now_ms=now_ms,
+                ),
+            )
+        except Exception as error:
+            if isinstance(error, LeadershipConflict):
+                self.deposed = True
+            self._states = None  # the log may have reloaded past others' commits
+            _fail([pending], error)
+            return
+        if result is None:
+            _resolve(pending, BatchAck(-1, len(pending.records), now_ms, duplicate=True))
+            return
+        _resolve(pending, BatchAck(result.base_offset, len(pending.records), now_ms))
+        self._wake_fetchers()
+        self._maybe_start_housekeeping()
+
+    def _maybe_start_housekeeping(self) -> None:
+        """Every UPKEEP_EVERY_COMMITS commits (and UPKEEP_INTERVAL_MS), merge small files,
+        checkpoint and trim the log in the background (the cost of opening and reading a
+        table grows with files and log entries); appends go on meanwhile: the housekeeping
+        commits change no record, and a direct append steps over them."""
+        self._commits_since_upkeep += 1
+        running = self._upkeep is not None and not self._upkeep.done()
+        since_ms = (time.monotonic() - self._upkeep_started) * 1000
+        if self._commits_since_upkeep < UPKEEP_EVERY_COMMITS or since_ms < UPKEEP_INTERVAL_MS:
+            return
+        if running:
+            return
+        self._commits_since_upkeep = 0
+        self._expired_at_ms = 0  # when idle producers were last forgotten
+        self._upkeep_started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        history_ms = self._config().delta_log_retention_ms
+        self._upkeep = loop.run_in_executor(self._executor, self.log.housekeeping, history_ms)
+        self._upkeep.add_done_callback(_report_upkeep_failure)
+        self._upkeep.add_done_callback(lambda _: self._wakeup.set())  # an idle merge to commit
+
+    async def _state_may_be_stale(self, first_try: float) -> bool:
+        """Before a sequence error (a definite answer: the client re-initialises), check that
+        no other writer committed since this writer's snapshot: a node that led the partition
+        for a moment (it had seen this one as dead) appended the producer's next batch, and
+        this writer, never deposed, answered OUT_OF_ORDER_SEQUENCE from its old state (chaos
+        T2). True if the table moved (the state is then rebuilt)."""
+        if (time.monotonic() - first_try) * 1000 >= CONFLICT_RETRY_MS:
+            return False
+        return await self._catch_up()
+
+    async def _look_up_older_producers(self, batch: list[_Pending], now_ms: int) -> None:
+        """Producers that continue a sequence (not at 0) unknown to the state rebuilt from the
+        newest files are searched for in older ones, once each per writer (a producer that is
+        not there stays UNKNOWN_PRODUCER_ID without another search)."""
+        if self._states is None:
+            return
+        unknown = {
+            p.producer.producer_id
+            for p in batch
+            if p.producer is not None
+            and p.producer.base_sequence > 0
+            and self._states.entry(p.producer.producer_id) is None
+        } - self._looked_up
+        if not unknown:
+            return
+        if len(self._looked_up) > LOOKED_UP_MAX:
+            self._looked_up.clear()
+        self._looked_up |= unknown
+        loop = asyncio.get_running_loop()
+        older = await loop.run_in_executor(self._executor, self.log.older_producer_states, unknown)
+        expiration_ms = self._limits.producer_expiration_ms
+        self._states = self._states.adding(older.without_expired(now_ms, expiration_ms))
+
+    def _maybe_expire_producers(self, now_ms: int) -> None:
+        """Forget idle producers, at most every half expiration (not on every commit: the
+        scan is over every producer the partition knows)."""
+        expiration_ms = self._limits.producer_expiration_ms
+        if self._states is None or now_ms - self._expired_at_ms < expiration_ms // 2:
+            return
+        self._states = self._states.without_expired(now_ms, expiration_ms)
+        self._expired_at_ms = now_ms
+
+    def _check_can_write(self) -> None:
+        if self.deposed:
+            raise NotLeader("Another node took this partition; retry the request.")
+        if not self._can_write():
+            raise NotLeader("This node could not renew its lease, so it stopped writing.")
+
+    def _plan(self, batch: list[_Pending], now_ms: int) -> _Plan:
+        """Check every batch's sequences in queue order; answer duplicates of earlier commits
+        and rule breakers at once, and keep the rest (with same-group echoes) for the commit."""
+        base = self.log.snapshot.high_watermark
+        plan = _Plan(base, self._states or ProducerStates())
+        offset = base
+        for pending in batch:
+            duplicate = None
+            if pending.producer is not None:
+                try:
+                    duplicate = plan.states.check(pending.producer)
+                except Exception as error:
+                    plan.refused.append((pending, error))
+                    continue
+            if duplicate is None:
+                if pending.producer is not None:
+                    plan.states = plan.states.recorded(pending.producer, offset, now_ms)
+                plan.appends.append((pending, offset))
+                offset += len(pending.records)
+            elif duplicate.base_offset < base:
+                ack = BatchAck(
+                    duplicate.base_offset, len(pending.records), duplicate.append_time_ms
+                )
+                _resolve(pending, ack)
+            else:
+                plan.echoes.append((pending, duplicate))
+        return plan
+
+    def _adopt(self, plan: _Plan, shift: int) -> None:
+        """Keep the tentative producer state now that the commit holds it."""
+        if all(pending.producer is None for pending, _ in plan.appends):
+            return  # nothing changed (and an unloaded state stays unloaded)
+        # A shifted commit (never seen in practice) is rebuilt from the table when next needed.
+        self._states = plan.states if shift == 0 else None
+
+    def _append_blocking(self, plan: _Plan, now_ms: int):
+        return self.log.append(
+            plan.records(),
+            config=self._config(),
+            now_ms=now_ms,
+            producers=plan.producer_columns(),
+        )
+
+    def _wake_fetchers(self) -> None:
+        appended, self._appended = self._appended, asyncio.Event()
+        appended.set()
+
+
+@dataclass(frozen=True, slots=True)
+class _Committing:
+    """A plain group whose commit is in flight."""
+
+    staged: Any  # storage_layout.log.StagedAppend
+    task: asyncio.Future  # -> the batch to plan again, or None
+
+
+def _plain(pending: _Pending) -> bool:
+    """Neither producer sequences nor a txn: the commit can be pipelined (nothing in its
+    plan depends on the outcome of the commit before it)."""
+    return pending.producer is None and pending.transaction is None
+
+
+def _columns(pending: _Pending) -> list[tuple[int, int, int] | None]:
+    producer = pending.producer
+    if producer is None:
+        return [None] * len(pending.records)
+    return [
+        (producer.producer_id, producer.epoch, producer.base_sequence + i)
+        for i in range(len(pending.records))
+    ]
+
+
+def _resolve(pending: _Pending, ack: BatchAck) -> None:
+    if not pending.future.done():
+        pending.future.set_result(ack)
+
+
+def _fail(batch: Sequence[_Pending], error: Exception) -> None:
+    for pending in batch:
+        if not pending.future.done():
+            pending.future.set_exception(error)
+
+
+def _report_upkeep_failure(future: asyncio.Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("housekeeping failed: %r", future.exception())

@@ -1,1 +1,0 @@
-"""Consumer groups: membership, rebalances, partition assignment and committed offsets."""

@@ -1,0 +1,91 @@
+"""Partition reads served wherever the partition is led: this node's log, or its leader over
+HTTP (the same stateless routes a client would call). Consumer instances and group lag need
+them for partitions that other nodes lead."""
+
+from __future__ import annotations
+
+import httpx
+import orjson
+
+from api.core.broker import Broker
+from api.core.errors import NotLeader
+from api.core.records import FetchRequest
+from api.http.wire import RECORD_MEDIA_TYPES, records_to_items
+from storage_layout.errors import OffsetOutOfRange
+from storage_layout.records import PartitionBounds
+
+
+async def fetch_items(
+    broker: Broker,
+    topic: str,
+    partition: int,
+    *,
+    offset: int,
+    bytes_max: int,
+    timeout_ms: int,
+    embedded: str,
+) -> list[dict]:
+    """Records from `offset` as v2 consumer items; long-polls up to `timeout_ms`.
+
+    Raises:
+        OffsetOutOfRange: `offset` is below log_start_offset or above the high watermark.
+    """
+    url = await broker.remote_leader_url(topic, partition)
+    request = FetchRequest(topic, partition, offset, bytes_max, timeout_ms)
+    if url is None:
+        result = await broker.fetch(request)
+    else:  # committed records from the shared table; the head from the leader
+        result = await broker.read_as_follower(request)
+    if result is not None:
+        return records_to_items(result.records, topic=topic, partition=partition, embedded=embedded)
+    answer = await _get(
+        broker,
+        f"{url}/topics/{topic}/partitions/{partition}/records",
+        params={"offset": offset, "max_bytes": bytes_max, "timeout": timeout_ms},
+        headers={"Accept": RECORD_MEDIA_TYPES[embedded]},
+    )
+    if answer.status_code == 416:
+        remote = await bounds(broker, topic, partition)
+        raise OffsetOutOfRange(offset, remote.log_start_offset, remote.high_watermark)
+    return _ok(answer, url)
+
+
+async def bounds(broker: Broker, topic: str, partition: int) -> PartitionBounds:
+    """log_start_offset and high watermark from the partition's leader."""
+    url = await broker.remote_leader_url(topic, partition)
+    if url is None:
+        return await broker.partition_bounds(topic, partition)
+    body = _ok(await _get(broker, f"{url}/topics/{topic}/partitions/{partition}/offsets"), url)
+    return PartitionBounds(body["beginning_offset"], body["end_offset"])
+
+
+async def offset_for_timestamp(
+    broker: Broker, topic: str, partition: int, timestamp_ms: int
+) -> int | None:
+    """The earliest offset whose timestamp is >= `timestamp_ms` (None: no such record)."""
+    url = await broker.remote_leader_url(topic, partition)
+    if url is None:
+        return await broker.offset_for_timestamp(topic, partition, timestamp_ms)
+    answer = await _get(
+        broker,
+        f"{url}/topics/{topic}/partitions/{partition}/offsets",
+        params={"timestamp": timestamp_ms},
+    )
+    return _ok(answer, url)["timestamp_offset"]
+
+
+async def _get(broker: Broker, url: str, **kwargs) -> httpx.Response:
+    try:
+        return await broker.http.get(url, **kwargs)
+    except httpx.HTTPError as error:
+        raise NotLeader(
+            f"The partition's leader at {url} is unreachable ({type(error).__name__}); retry."
+        ) from None
+
+
+def _ok(answer: httpx.Response, url: str):
+    if answer.status_code != 200:
+        raise NotLeader(
+            f"The partition's leader at {url} answered {answer.status_code}: {answer.text[:200]}"
+        )
+    return orjson.loads(answer.content)

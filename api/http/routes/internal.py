@@ -1,0 +1,76 @@
+"""Node-to-node routes: a non-leader forwards a partition's records to its leader (and Spark
+executors hand theirs to it, with their txn); the group list asks every node which groups it
+coordinates.
+
+Not part of the public API (hidden from OpenAPI). The leader appends only if it still leads the
+partition; it never forwards again, so a request crosses at most one hop.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from api.core.broker import Broker
+from api.core.groups.coordinator import GroupDescription
+from api.core.groups.errors import GroupNotFound, NotCoordinator
+from api.http.deps import BrokerDep
+from api.http.wire import parse_json
+from storage_layout.append_wire import INTERNAL_APPEND_PATH, decode_append
+from storage_layout.errors import ProducerError
+
+INTERNAL_GROUPS_PATH = "/_lakelog/internal/groups"
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.post(INTERNAL_APPEND_PATH)
+async def append(topic: str, partition: int, request: Request, broker: BrokerDep):
+    (await broker.topic(topic)).check_partition(partition)
+    append_request = decode_append(parse_json(await request.body()))
+    try:
+        pending = await broker.submit(
+            topic,
+            partition,
+            list(append_request.records),
+            producer=append_request.producer,
+            transaction=append_request.transaction,
+            forward=False,
+        )
+        ack = await pending
+    except ProducerError as error:  # the sequence verdict travels back to the forwarding node
+        body = {"producer_error": type(error).__name__, "message": str(error)}
+        return JSONResponse(body, status_code=409)
+    return {
+        "base_offset": ack.base_offset,
+        "append_time_ms": ack.append_time_ms,
+        "duplicate": ack.duplicate,
+    }
+
+
+@router.get(INTERNAL_GROUPS_PATH)
+async def local_groups(broker: BrokerDep) -> dict:
+    return {"node_id": broker.groups.node_id, "groups": await local_group_summaries(broker)}
+
+
+async def local_group_summaries(broker: Broker) -> list[dict]:
+    """The groups this node coordinates that exist (members or committed offsets), each as
+    `{group_id, state, protocol, members (count), coordinator (node id)}`."""
+    summaries = []
+    for group_id in sorted(broker.groups.local_groups()):
+        try:
+            description = await broker.groups.describe(group_id)
+        except (GroupNotFound, NotCoordinator):  # looked up but never used, or handed over
+            continue
+        summaries.append(group_summary(description))
+    return summaries
+
+
+def group_summary(description: GroupDescription) -> dict:
+    return {
+        "group_id": description.group_id,
+        "state": description.state,  # GroupState's value, e.g. "Stable"
+        "protocol": description.protocol,
+        "members": len(description.members),
+        "coordinator": description.coordinator_id,
+    }

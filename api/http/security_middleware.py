@@ -1,0 +1,117 @@
+"""Authentication, before anything else reads the request; byte accounting for quotas.
+
+Credentials: `Authorization: Bearer <key_id>.<secret>` or HTTP Basic with `key_id:secret`, or a
+node signature (`node_auth`). The principal goes to `scope["lakelog.security"]` and to the
+`current_principal` context variable (which signs it into node-to-node requests).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from api.http.access import SCOPE_KEY, RequestSecurity
+from api.http.errors import ApiError, error_response
+from api.security.errors import AuthenticationFailed, SecurityError
+from api.security.node_auth import NODE_HEADER, current_principal, verify
+from api.security.quotas import FETCH, PRODUCE
+from api.security.state import ANONYMOUS, SecurityState
+
+INTERNAL_PREFIX = "/_lakelog/internal/"
+PUBLIC_PATHS = frozenset({"/"})  # the health check: service name, version, cluster id
+CREDENTIALS_CHARS_MAX = 1024
+
+
+class SecurityMiddleware:
+    """Pure ASGI (no extra task per request, bodies keep streaming)."""
+
+    def __init__(self, app, *, security: SecurityState) -> None:
+        self.app = app
+        self.security = security
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not self.security.inspects_requests:
+            return await self.app(scope, receive, send)  # security off: no cost per request
+        try:
+            principal, via_node = await self._authenticate(scope)
+        except (ApiError, SecurityError) as error:
+            return await error_response(error)(scope, receive, send)
+        client = scope.get("client")
+        context = RequestSecurity(principal, client[0] if client else "*", via_node)
+        scope[SCOPE_KEY] = context
+        token = current_principal.set(None if principal == ANONYMOUS else principal)
+        try:
+            await self.app(
+                scope, self._counting_receive(receive, context), self._counting_send(send, context)
+            )
+        finally:
+            current_principal.reset(token)
+
+    async def _authenticate(self, scope) -> tuple[str, bool]:
+        security = self.security
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        signed = headers.get(NODE_HEADER)
+        if signed and security.cluster_secret is not None:
+            principal = verify(
+                security.cluster_secret, signed, method=scope["method"], path=scope["path"]
+            )
+            if principal is not None:
+                return principal, True
+        if not security.auth_enabled:
+            return ANONYMOUS, False
+        if scope["path"].startswith(INTERNAL_PREFIX):
+            raise AuthenticationFailed("Node-to-node routes need a request signed by a node.")
+        if scope["path"] in PUBLIC_PATHS and scope["method"] in ("GET", "HEAD"):
+            return ANONYMOUS, False
+        key_id, secret = parse_credentials(headers.get("authorization"))
+        return await security.authenticate(key_id, secret), False
+
+    def _counting_receive(self, receive, context: RequestSecurity):
+        quotas, principal = self.security.quotas, context.principal
+
+        async def counted():
+            message = await receive()
+            if message["type"] == "http.request":
+                size = len(message.get("body", b""))
+                if context.quota == PRODUCE:
+                    quotas.charge(principal, PRODUCE, size)
+                elif context.quota is None:
+                    context.pending_bytes += size
+            return message
+
+        return counted
+
+    def _counting_send(self, send, context: RequestSecurity):
+        quotas, principal = self.security.quotas, context.principal
+
+        async def counted(message):
+            if message["type"] == "http.response.body" and context.quota == FETCH:
+                quotas.charge(principal, FETCH, len(message.get("body", b"")))
+            await send(message)
+
+        return counted
+
+
+def parse_credentials(header: str | None) -> tuple[str, str]:
+    """(key_id, secret) from a Bearer `<key_id>.<secret>` or Basic `key_id:secret` header.
+
+    Raises:
+        AuthenticationFailed: no header, another scheme, or a malformed value.
+    """
+    if not header or len(header) > CREDENTIALS_CHARS_MAX:
+        raise AuthenticationFailed()
+    scheme, _, value = header.strip().partition(" ")
+    value = value.strip()
+    if scheme.lower() == "bearer":
+        key_id, dot, secret = value.partition(".")
+    elif scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(value, validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise AuthenticationFailed() from None
+        key_id, dot, secret = decoded.partition(":")
+    else:
+        raise AuthenticationFailed()
+    if not key_id or not dot or not secret:
+        raise AuthenticationFailed()
+    return key_id, secret
