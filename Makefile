@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 DATA_DIR ?= ./data
 HOST ?= 127.0.0.1
 PORT ?= 8082
+KAFKA_PORT ?= 9092
 
 .PHONY: install run test test-fast lint format bench clean chaos
 
@@ -25,7 +26,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: install
-	$(BIN)/lakelog serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT)
+	$(BIN)/lakelog serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT) --kafka-port $(KAFKA_PORT)
 
 test: install
 	$(BIN)/ruff check .

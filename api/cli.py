@@ -81,6 +81,16 @@ def _add_serve(commands) -> None:
     serve.add_argument("--port", type=int, help="listen port (default 8082)")
     serve.add_argument("--node-id", type=int, help="this node's id (default 0)")
     serve.add_argument("--advertised-url", help="URL clients use to reach this node")
+    serve.add_argument(
+        "--kafka-port",
+        type=int,
+        help="serve the Kafka protocol on this port ($LAKELOG_KAFKA_PORT; 0 or unset: off)",
+    )
+    serve.add_argument(
+        "--kafka-advertised-address",
+        metavar="HOST:PORT",
+        help="where Kafka clients reach this node (Metadata answers; default HOST:KAFKA_PORT)",
+    )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     serve.add_argument(
         "--access-log", action="store_true", help="log every request (off: it costs throughput)"
@@ -213,8 +223,8 @@ def _serve(args) -> int:
     import uvicorn
 
     from api.http import tls
-    from api.http.app import create_app
     from api.http.http_protocol import HeadLimits, head_limited_protocol
+    from api.server import node_app
     from conf.settings import load_settings
     from storage_layout import store
 
@@ -224,6 +234,8 @@ def _serve(args) -> int:
         port=args.port,
         node_id=args.node_id,
         advertised_url=args.advertised_url,
+        kafka_port=args.kafka_port,
+        kafka_advertised_address=args.kafka_advertised_address,
         maintenance=False if args.no_maintenance else None,
     )
     try:
@@ -232,10 +244,13 @@ def _serve(args) -> int:
     except (ValueError, store.StoreUnusable) as error:
         print(f"lakelog serve: {error}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"lakelog {VERSION}: serving {settings.data_dir} on {settings.url}", file=sys.stderr)
+    kafka = f" and Kafka on {settings.kafka_address}" if settings.kafka_address else ""
+    print(
+        f"lakelog {VERSION}: serving {settings.data_dir} on {settings.url}{kafka}", file=sys.stderr
+    )
     _log_to_stderr(args.log_level)
     uvicorn.run(
-        create_app(settings),
+        node_app(settings),
         host=settings.host,
         port=settings.port,
         log_level=args.log_level,

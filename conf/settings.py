@@ -33,6 +33,19 @@ class Settings(BaseSettings):
     advertised_url: str | None = None
     cluster_id: str = "lakelog"
 
+    # The Kafka protocol listener (api/kafka): 0 turns it off (`make run` serves it on 9092).
+    # Clients reach the node at the advertised "host:port" (default: host and kafka_port).
+    kafka_port: int = Field(default=0, ge=0, le=65535)
+    kafka_advertised_address: str | None = None
+    # Kafka's socket.request.max.bytes: a larger frame closes the connection unread.
+    kafka_request_bytes_max: int = Field(default=100 * MIB, gt=0)
+    # A client that starts a frame and does not finish it within this is disconnected; an idle
+    # connection is closed after connections.max.idle.ms (Kafka's 10 minutes).
+    kafka_frame_timeout_ms: int = Field(default=30_000, gt=0)
+    kafka_idle_timeout_ms: int = Field(default=600_000, gt=0)
+    # Kafka's auto.create.topics.enable (off here: a typo must not create a topic).
+    kafka_auto_create_topics: bool = False
+
     # Request limits, checked before a body is buffered (bytes) and while it is parsed.
     request_bytes_max: int = Field(default=16 * MIB, gt=0)
     records_per_request_max: int = Field(default=10_000, gt=0)
@@ -175,6 +188,13 @@ class Settings(BaseSettings):
         """Where other nodes and clients reach this node."""
         scheme = "https" if self.tls_enabled else "http"
         return (self.advertised_url or f"{scheme}://{self.host}:{self.port}").rstrip("/")
+
+    @property
+    def kafka_address(self) -> str | None:
+        """Where Kafka clients reach this node ("host:port"), or None with the listener off."""
+        if not self.kafka_port:
+            return None
+        return self.kafka_advertised_address or f"{self.host}:{self.kafka_port}"
 
     @property
     def super_user_names(self) -> frozenset[str]:

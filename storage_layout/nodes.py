@@ -27,6 +27,7 @@ class NodeRecord:
     url: str
     heartbeat: int
     incarnation: str
+    kafka_address: str | None = None  # "host:port" of its Kafka listener, if it serves one
 
 
 class NodeRegistry:
@@ -44,6 +45,7 @@ class NodeRegistry:
                 "url": record.url,
                 "heartbeat": record.heartbeat,
                 "incarnation": record.incarnation,
+                "kafka": record.kafka_address,
             }
         ).encode()
         name = f"{record.node_id}.json"
@@ -88,6 +90,7 @@ class NodeRegistry:
                 str(data["url"]),
                 int(data["heartbeat"]),
                 str(data["incarnation"]),
+                data.get("kafka"),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None

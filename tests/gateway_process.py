@@ -33,6 +33,7 @@ class GatewayProcess:
     log_path: Path
     verify: ssl.SSLContext | bool = True  # how to check its certificate, with TLS on
     root: str = ""  # its storage root: data_dir, or the object-store URI it was given
+    kafka_address: str | None = None  # "127.0.0.1:PORT" of its Kafka listener, if started
 
     def __post_init__(self) -> None:
         self.root = self.root or str(self.data_dir)
@@ -56,11 +57,12 @@ def start_gateway(
     env: dict[str, str] | None = None,
     verify: ssl.SSLContext | bool = True,
     root: str | None = None,
+    kafka: bool = False,
 ) -> GatewayProcess:
     """Run `python -m api.cli serve` with `env` overrides (LAKELOG_*); wait until it answers
     (over HTTPS, checked with `verify`, when `env` sets LAKELOG_TLS_CERT_FILE). `root` (an
     object-store URI) replaces `data_dir` as the storage root; its log still goes beside
-    `data_dir`."""
+    `data_dir`. `kafka`: serve the Kafka protocol too, on another free port."""
     port = free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir.parent / f"gateway-{port}.log"
@@ -76,6 +78,11 @@ def start_gateway(
         "--port",
         str(port),
     ]
+    kafka_address = None
+    if kafka:
+        kafka_port = free_port()
+        command += ["--kafka-port", str(kafka_port)]
+        kafka_address = f"127.0.0.1:{kafka_port}"
     process = subprocess.Popen(
         command,
         stdout=log_path.open("wb"),
@@ -86,7 +93,7 @@ def start_gateway(
     )
     scheme = "https" if "LAKELOG_TLS_CERT_FILE" in (env or {}) else "http"
     url = f"{scheme}://127.0.0.1:{port}"
-    gateway = GatewayProcess(process, url, data_dir, log_path, verify, root or "")
+    gateway = GatewayProcess(process, url, data_dir, log_path, verify, root or "", kafka_address)
     _wait_ready(gateway)
     return gateway
 

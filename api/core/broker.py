@@ -175,7 +175,11 @@ class Broker:
     def _cluster_settings(self) -> ClusterSettings:
         settings = self.settings
         return ClusterSettings(
-            settings.node_id, settings.url, settings.lease_ms, settings.heartbeat_ms
+            settings.node_id,
+            settings.url,
+            settings.lease_ms,
+            settings.heartbeat_ms,
+            settings.kafka_address,
         )
 
     async def close(self) -> None:
@@ -541,6 +545,57 @@ class Broker:
             wait_s = min(remaining, FOREIGN_CHECK_INTERVAL_MS / 1000)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(appended.wait(), wait_s)
+
+    async def read_now(self, request: FetchRequest) -> FetchResult:
+        """Records from `request.offset` as they are now, without waiting: this node's log if
+        it leads the partition, else the shared table as a follower (KIP-392).
+
+        Raises:
+            NotLeader: another node leads it and the read is at its head (ask the leader).
+            OffsetOutOfRange: the offset is outside the partition.
+        """
+        if request.offset < 0:
+            raise InvalidRequest(f"Offset {request.offset} is negative; offsets start at 0.")
+        (await self.topic(request.topic)).check_partition(request.partition)
+        route = await self.leaders.route(request.topic, request.partition)
+        if route.writer is not None:
+            route.writer.notice_foreign_commits()
+            return await self._read(route.writer.log, request)
+        result = await self.read_as_follower(request)
+        if result is None:
+            raise NotLeader(
+                f"Node {route.leader_id} leads {request.topic}/{request.partition}.",
+                leader_id=route.leader_id,
+            )
+        return result
+
+    def commit_events(self, partitions: Sequence[tuple[str, int]]) -> list[asyncio.Event]:
+        """Events the next commit of each partition this node leads will set. Take them
+        before reading, so a commit between the read and the wait is not missed."""
+        writers = (self.leaders.writer_here(topic, p) for topic, p in partitions)
+        return [writer.appended_event() for writer in writers if writer is not None]
+
+    async def wait_for_commits(self, events: Sequence[asyncio.Event], timeout_ms: int) -> None:
+        """Return once one of `events` is set, or after `timeout_ms`, and at the latest when
+        another writer's commit could be visible (FOREIGN_CHECK_INTERVAL_MS)."""
+        wait_s = max(0, min(timeout_ms, FOREIGN_CHECK_INTERVAL_MS)) / 1000
+        if not events:
+            await asyncio.sleep(wait_s)
+            return
+        waiters = [asyncio.ensure_future(event.wait()) for event in events]
+        try:
+            await asyncio.wait(waiters, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    def leader_for_clients(self, topic_name: str, partition: int) -> int:
+        """The node clients should send the partition's writes to: its known live leader,
+        else the node that should lead it (which takes it at the first request). No I/O."""
+        known = self.leaders.known_leader(topic_name, partition)
+        if known is not None:
+            return known
+        return self.cluster.preferred(topic_name, partition)
 
     async def read_as_follower(self, request: FetchRequest) -> FetchResult | None:
         """Committed records of a partition another node leads, read here from the shared

@@ -26,6 +26,7 @@ class ClusterSettings:
     url: str
     lease_ms: int
     heartbeat_ms: int
+    kafka_address: str | None = None
 
 
 class NodeLiveness:
@@ -36,6 +37,7 @@ class NodeLiveness:
         self._clock = clock
         self._last: dict[int, tuple[int, str, float]] = {}  # node -> (heartbeat, incarnation, t)
         self._urls: dict[int, str] = {}
+        self._kafka_addresses: dict[int, str | None] = {}
 
     def observe(self, records: dict[int, NodeRecord]) -> None:
         """Update from every node's record; a node whose record is gone has left: dead."""
@@ -47,6 +49,7 @@ class NodeLiveness:
             if seen is None or (record.heartbeat, record.incarnation) != seen[:2]:
                 self._last[node_id] = (record.heartbeat, record.incarnation, now)
             self._urls[node_id] = record.url
+            self._kafka_addresses[node_id] = record.kafka_address
 
     def is_alive(self, node_id: int) -> bool:
         seen = self._last.get(node_id)
@@ -57,6 +60,9 @@ class NodeLiveness:
 
     def url(self, node_id: int) -> str | None:
         return self._urls.get(node_id)
+
+    def kafka_address(self, node_id: int) -> str | None:
+        return self._kafka_addresses.get(node_id)
 
 
 def preferred_node(live_nodes: list[int], topic: str, partition: int) -> int | None:
@@ -81,7 +87,13 @@ class Cluster:
     def heartbeat(self) -> None:
         """Renew this node's record and observe the others (blocking I/O: run off the loop)."""
         self._heartbeat += 1
-        record = NodeRecord(self.node_id, self.settings.url, self._heartbeat, self._incarnation)
+        record = NodeRecord(
+            self.node_id,
+            self.settings.url,
+            self._heartbeat,
+            self._incarnation,
+            self.settings.kafka_address,
+        )
         # The lease counts from before the write (conservative for fencing), and can_lead()
         # turns true only once the others have been observed too: a node resuming from a
         # pause must not take a partition while its view of who is alive is still old.
@@ -113,3 +125,9 @@ class Cluster:
         if node_id == self.node_id:
             return self.settings.url
         return self._liveness.url(node_id)
+
+    def kafka_address(self, node_id: int) -> str | None:
+        """The node's Kafka listener ("host:port"), None if it serves none."""
+        if node_id == self.node_id:
+            return self.settings.kafka_address
+        return self._liveness.kafka_address(node_id)

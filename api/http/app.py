@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
+from typing import Protocol
 
 from fastapi import Depends, FastAPI
 
@@ -34,15 +36,31 @@ from api.version import VERSION
 from conf.settings import Settings, load_settings
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+class Service(Protocol):
+    """Something that runs beside the HTTP front-end on the same broker core (the Kafka
+    listener): started after the broker, closed before it."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    broker: Broker | None = None,
+    services: Sequence[Service] = (),
+) -> FastAPI:
     settings = settings or load_settings()
-    broker = Broker(settings)
+    broker = broker or Broker(settings)
     security = SecurityState(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         await broker.start()
         await security.start()
+        for service in services:
+            await service.start()
         if security.cluster_secret is not None:  # requests to other nodes carry a signature
             install_signing(broker.http, security.cluster_secret, settings.node_id)
         # REST consumer instances are this front-end's: the broker core knows only groups.
@@ -60,6 +78,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             expiry.cancel()
+            for service in reversed(services):
+                await service.close()
             await broker.close()
 
     app = FastAPI(

@@ -1,0 +1,310 @@
+"""Kafka's RecordBatch v2 ("magic 2"), the record format of Produce and Fetch since Kafka 0.11.
+
+Decoding checks what a broker must: the CRC32C, the batch and record lengths, the record count,
+the codec; it returns lakelog's NewRecords and the producer fields. Encoding writes the Arrow
+records of a fetch as uncompressed batches (consumers accept any codec; compressing on the
+broker would only spend its CPU). Layout: https://kafka.apache.org/documentation/#recordbatch
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import cramjam
+import pyarrow as pa
+from crc32c import crc32c
+
+from storage_layout.records import NewRecord
+
+MAGIC = 2
+# baseOffset int64, batchLength int32: the part before what batchLength counts.
+LOG_OVERHEAD = 12
+# partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp,
+# producerId, producerEpoch, baseSequence, records count.
+_HEADER = struct.Struct(">ibIhiqqqhii")
+RECORDS_AT = LOG_OVERHEAD + _HEADER.size  # 61: where the (maybe compressed) records begin
+_CRC_FROM = 21  # the CRC covers attributes .. the end
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"  # Java's snappy framing (xerial SnappyOutputStream)
+
+
+class CorruptBatch(ValueError):
+    """The bytes are not a valid RecordBatch v2 (Kafka's CORRUPT_MESSAGE)."""
+
+
+class UnsupportedCodec(ValueError):
+    """The batch names a compression codec that does not exist (UNSUPPORTED_COMPRESSION_TYPE)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBatch:
+    """One producer batch: its records and the fields idempotence and transactions need."""
+
+    records: tuple[NewRecord, ...]
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    is_transactional: bool
+    is_control: bool
+    codec: str
+
+    @property
+    def idempotent(self) -> bool:
+        return self.producer_id != NO_PRODUCER_ID
+
+
+def decode_batches(data: bytes | memoryview) -> list[DecodedBatch]:
+    """Every batch of a Produce request's `records` field.
+
+    Raises:
+        CorruptBatch: a bad length, magic, CRC, record count or record.
+        UnsupportedCodec: an unknown compression codec.
+    """
+    view = memoryview(data)
+    batches, position = [], 0
+    while position < len(view):
+        if len(view) - position < RECORDS_AT:
+            raise CorruptBatch(f"{len(view) - position} trailing bytes are not a record batch")
+        (batch_length,) = struct.unpack_from(">i", view, position + 8)
+        end = position + LOG_OVERHEAD + batch_length
+        if batch_length < _HEADER.size or end > len(view):
+            raise CorruptBatch(f"batch length {batch_length} does not fit the request")
+        batches.append(_decode_batch(view[position:end]))
+        position = end
+    return batches
+
+
+def _decode_batch(view: memoryview) -> DecodedBatch:
+    (
+        _leader_epoch,
+        magic,
+        crc,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        _max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    ) = _HEADER.unpack_from(view, LOG_OVERHEAD)
+    if magic != MAGIC:
+        raise CorruptBatch(f"record batch magic {magic}: only magic 2 (Kafka >= 0.11) is accepted")
+    if crc32c(view[_CRC_FROM:]) != crc:
+        raise CorruptBatch("record batch CRC32C mismatch: the batch was damaged in transit")
+    if count < 0 or last_offset_delta != count - 1:
+        raise CorruptBatch(f"{count} records but lastOffsetDelta {last_offset_delta}")
+    codec_id = attributes & COMPRESSION_MASK
+    if codec_id >= len(CODECS):
+        raise UnsupportedCodec(f"compression codec {codec_id} does not exist")
+    body = _decompress(codec_id, view[RECORDS_AT:])
+    records = _decode_records(body, count, base_timestamp)
+    return DecodedBatch(
+        records,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        bool(attributes & TRANSACTIONAL_BIT),
+        bool(attributes & CONTROL_BIT),
+        CODECS[codec_id],
+    )
+
+
+def _decompress(codec_id: int, body: memoryview) -> bytes | memoryview:
+    try:
+        if codec_id == 0:
+            return body
+        if codec_id == 1:
+            return gzip.decompress(body)
+        if codec_id == 2:
+            return _snappy(bytes(body))
+        if codec_id == 3:
+            return bytes(cramjam.lz4.decompress(body))
+        return bytes(cramjam.zstd.decompress(body))
+    except (OSError, EOFError, ValueError, cramjam.DecompressionError) as error:
+        raise CorruptBatch(f"{CODECS[codec_id]} data does not decompress: {error}") from None
+
+
+def _snappy(body: bytes) -> bytes:
+    """Raw snappy (librdkafka) or Java's xerial framing: a magic, two versions, then blocks of
+    (int32 length, raw snappy)."""
+    if not body.startswith(_XERIAL_MAGIC):
+        return bytes(cramjam.snappy.decompress_raw(body))
+    parts, position = [], 16
+    while position < len(body):
+        (size,) = struct.unpack_from(">i", body, position)
+        block = body[position + 4 : position + 4 + size]
+        if size < 0 or len(block) != size:
+            raise CorruptBatch("xerial snappy block length does not fit the batch")
+        parts.append(bytes(cramjam.snappy.decompress_raw(block)))
+        position += 4 + size
+    return b"".join(parts)
+
+
+def _decode_records(body, count: int, base_timestamp: int) -> tuple[NewRecord, ...]:
+    data = bytes(body)
+    records, position, end = [], 0, len(data)
+    try:
+        for _ in range(count):
+            length, position = _read_varint(data, position)
+            record_end = position + length
+            if length < 6 or record_end > end:
+                raise CorruptBatch(f"record length {length} does not fit the batch")
+            position += 1  # attributes: unused in v2
+            timestamp_delta, position = _read_varint(data, position)
+            _offset_delta, position = _read_varint(data, position)
+            key, position = _read_bytes(data, position)
+            value, position = _read_bytes(data, position)
+            header_count, position = _read_varint(data, position)
+            if header_count < 0:
+                raise CorruptBatch(f"record header count {header_count} is negative")
+            headers = []
+            for _ in range(header_count):
+                name, position = _read_bytes(data, position)
+                header_value, position = _read_bytes(data, position)
+                if name is None:
+                    raise CorruptBatch("a record header has a null key")
+                headers.append((name.decode("utf-8", "replace"), header_value))
+            if position != record_end:
+                raise CorruptBatch("a record's fields do not add up to its length")
+            records.append(NewRecord(key, value, base_timestamp + timestamp_delta, tuple(headers)))
+    except IndexError:
+        raise CorruptBatch("the records end before the batch says") from None
+    if position != end:
+        raise CorruptBatch(f"{end - position} bytes after the last of {count} records")
+    return tuple(records)
+
+
+def _read_varint(data: bytes, position: int) -> tuple[int, int]:
+    """A zigzag varint (varlong too: Python's ints do not overflow)."""
+    shift = result = 0
+    while True:
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
+        if shift > 63:
+            raise CorruptBatch("a varint is longer than 10 bytes")
+
+
+def _read_bytes(data: bytes, position: int) -> tuple[bytes | None, int]:
+    length, position = _read_varint(data, position)
+    if length < 0:
+        return None, position
+    end = position + length
+    if end > len(data):
+        raise CorruptBatch("a key, value or header runs past its record")
+    return data[position:end], end
+
+
+# ---- encoding --------------------------------------------------------------------------------
+
+
+def encode_records(records: pa.Table) -> bytes:
+    """The records of a fetch (Arrow columns offset, timestamp, timestamp_type, key, value,
+    headers) as RecordBatch v2 bytes: one batch per run of records with one timestamp type."""
+    if not records.num_rows:
+        return b""
+    columns = records.select(["offset", "timestamp_type", "key", "value", "headers"]).to_pydict()
+    timestamps_ms = _timestamps_ms(records)
+    return b"".join(
+        _encode_batch(columns, timestamps_ms, start, stop)
+        for start, stop in _runs(columns["timestamp_type"])
+    )
+
+
+def _timestamps_ms(records: pa.Table) -> list[int]:
+    micros = records.column("timestamp").cast(pa.int64()).to_pylist()
+    return [m // 1000 for m in micros]
+
+
+def _runs(types: list[int]) -> Iterator[tuple[int, int]]:
+    start = 0
+    for index in range(1, len(types) + 1):
+        if index == len(types) or types[index] != types[start]:
+            yield start, index
+            start = index
+
+
+def _encode_batch(columns: dict, timestamps_ms: list[int], start: int, stop: int) -> bytes:
+    offsets = columns["offset"]
+    base_offset = offsets[start]
+    base_timestamp = timestamps_ms[start]
+    body = bytearray()
+    for i in range(start, stop):
+        _encode_record(
+            body,
+            timestamps_ms[i] - base_timestamp,
+            offsets[i] - base_offset,
+            columns["key"][i],
+            columns["value"][i],
+            columns["headers"][i],
+        )
+    attributes = TIMESTAMP_TYPE_BIT if columns["timestamp_type"][start] else 0
+    header = _HEADER.pack(
+        0,  # partitionLeaderEpoch: lakelog's leader epochs are not Kafka's
+        MAGIC,
+        0,  # CRC, filled in below
+        attributes,
+        offsets[stop - 1] - base_offset,
+        base_timestamp,
+        max(timestamps_ms[start:stop]),
+        NO_PRODUCER_ID,
+        -1,
+        NO_SEQUENCE,
+        stop - start,
+    )
+    batch = bytearray(struct.pack(">qi", base_offset, len(header) + len(body)))
+    batch += header
+    batch += body
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[_CRC_FROM:]))
+    return bytes(batch)
+
+
+def _encode_record(out: bytearray, timestamp_delta, offset_delta, key, value, headers) -> None:
+    record = bytearray(b"\x00")  # attributes
+    record += _varint(timestamp_delta)
+    record += _varint(offset_delta)
+    _append_bytes(record, key)
+    _append_bytes(record, value)
+    record += _varint(len(headers) if headers else 0)
+    for header in headers or ():
+        _append_bytes(record, header["key"].encode())
+        _append_bytes(record, header["value"])
+    out += _varint(len(record))
+    out += record
+
+
+def _append_bytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        out += b"\x01"  # zigzag(-1)
+    else:
+        out += _varint(len(data))
+        out += data
+
+
+def _varint(value: int) -> bytes:
+    encoded = (value << 1) ^ (value >> 63)
+    if encoded < 0x80:
+        return _SMALL[encoded]
+    out = bytearray()
+    while encoded >= 0x80:
+        out.append((encoded & 0x7F) | 0x80)
+        encoded >>= 7
+    out.append(encoded)
+    return bytes(out)
+
+
+_SMALL = [bytes([n]) for n in range(0x80)]

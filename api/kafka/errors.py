@@ -1,0 +1,97 @@
+"""The one place where errors become Kafka error codes (the HTTP front-end has its own table in
+api/http/errors.py). The first matching base class wins; an unknown error is
+UNKNOWN_SERVER_ERROR, or NOT_LEADER_OR_FOLLOWER when it says it is retriable (clients then
+refresh their metadata and retry, as after a leader change)."""
+
+from __future__ import annotations
+
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from api.core.errors import (
+    BrokerShuttingDown,
+    InvalidProducerRequest,
+    InvalidRequest,
+    NotLeader,
+    RecordTooLarge,
+)
+from api.core.groups.errors import (
+    FencedInstanceId,
+    GroupNotFound,
+    IllegalGeneration,
+    InconsistentGroupProtocol,
+    InvalidGroupRequest,
+    NonEmptyGroup,
+    NotCoordinator,
+    RebalanceInProgress,
+    UnknownMemberId,
+)
+from api.kafka.codec import CorruptBatch, UnsupportedCodec
+from api.security.errors import AuthenticationFailed, AuthorizationFailed, QuotaExceeded
+from storage_layout.errors import (
+    AppendConflict,
+    DuplicateSequence,
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidTopic,
+    OffsetOutOfRange,
+    OutOfOrderSequence,
+    PartitionNotFound,
+    ProducerFenced,
+    StorageUnavailable,
+    TopicExists,
+    TopicNotFound,
+    UnknownProducerId,
+)
+
+log = logging.getLogger("lakelog.kafka")
+
+ERROR_CODES: dict[type[Exception], ErrorCode] = {
+    TopicNotFound: ErrorCode.unknown_topic_or_partition,
+    PartitionNotFound: ErrorCode.unknown_topic_or_partition,
+    NotLeader: ErrorCode.not_leader_or_follower,
+    BrokerShuttingDown: ErrorCode.not_leader_or_follower,
+    AppendConflict: ErrorCode.not_leader_or_follower,
+    StorageUnavailable: ErrorCode.kafka_storage_error,
+    OffsetOutOfRange: ErrorCode.offset_out_of_range,
+    RecordTooLarge: ErrorCode.message_too_large,
+    CorruptBatch: ErrorCode.corrupt_message,
+    UnsupportedCodec: ErrorCode.unsupported_compression_type,
+    OutOfOrderSequence: ErrorCode.out_of_order_sequence_number,
+    DuplicateSequence: ErrorCode.duplicate_sequence_number,
+    ProducerFenced: ErrorCode.invalid_producer_epoch,
+    UnknownProducerId: ErrorCode.unknown_producer_id,
+    InvalidProducerRequest: ErrorCode.invalid_request,
+    TopicExists: ErrorCode.topic_already_exists,
+    InvalidTopic: ErrorCode.invalid_topic_exception,
+    InvalidConfig: ErrorCode.invalid_config,
+    InvalidPartitions: ErrorCode.invalid_partitions,
+    InvalidRequest: ErrorCode.invalid_request,
+    UnknownMemberId: ErrorCode.unknown_member_id,
+    IllegalGeneration: ErrorCode.illegal_generation,
+    RebalanceInProgress: ErrorCode.rebalance_in_progress,
+    FencedInstanceId: ErrorCode.fenced_instance_id,
+    InconsistentGroupProtocol: ErrorCode.inconsistent_group_protocol,
+    NonEmptyGroup: ErrorCode.non_empty_group,
+    GroupNotFound: ErrorCode.group_id_not_found,
+    NotCoordinator: ErrorCode.not_coordinator,
+    InvalidGroupRequest: ErrorCode.invalid_request,
+    AuthenticationFailed: ErrorCode.sasl_authentication_failed,
+    AuthorizationFailed: ErrorCode.topic_authorization_failed,
+    QuotaExceeded: ErrorCode.throttling_quota_exceeded,
+}
+
+
+def error_code(error: BaseException) -> ErrorCode:
+    for error_type, code in ERROR_CODES.items():
+        if isinstance(error, error_type):
+            return code
+    if getattr(error, "retriable", False):
+        return ErrorCode.not_leader_or_follower
+    log.warning("unexpected %s answered UNKNOWN_SERVER_ERROR: %s", type(error).__name__, error)
+    return ErrorCode.unknown_server_error
+
+
+def error_message(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"[:1000]

@@ -1,0 +1,45 @@
+"""One coroutine per Kafka API, each translating its request to calls on the broker core and
+the outcome to its response, as a mapping that api/kafka/messages.py builds into the
+response of the request's version. The registry (`APIS`) is what ApiVersions advertises:
+each API at the versions its handler serves, all within what kio's schemas cover."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from api.kafka.connection import Connection
+
+Handler = Callable[[Connection, object, int], Awaitable[Mapping | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+def _table() -> dict[int, Api]:
+    from api.kafka.handlers import admin, cluster, fetch, offsets, produce
+
+    apis = [
+        Api(0, "Produce", 3, 11, produce.produce),
+        Api(1, "Fetch", 4, 12, fetch.fetch),
+        Api(2, "ListOffsets", 1, 7, offsets.list_offsets),
+        Api(3, "Metadata", 0, 12, cluster.metadata),
+        Api(18, "ApiVersions", 0, 4, cluster.api_versions),
+        Api(19, "CreateTopics", 2, 7, admin.create_topics),
+        Api(20, "DeleteTopics", 1, 5, admin.delete_topics),
+        Api(22, "InitProducerId", 0, 4, cluster.init_producer_id),
+        Api(37, "CreatePartitions", 0, 3, admin.create_partitions),
+    ]
+    return {api.key: api for api in apis}
+
+
+APIS: dict[int, Api] = _table()

@@ -1,0 +1,85 @@
+"""CreateTopics, DeleteTopics and CreatePartitions over the topic catalog. The store replicates,
+so a replication factor or replica assignment is accepted and ignored (-1 means the default)."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from api.kafka.connection import Connection
+from api.kafka.errors import error_code, error_message
+from api.kafka.handlers.cluster import topic_uuid
+
+DEFAULT_PARTITIONS = 1  # Kafka's num.partitions
+
+
+async def create_topics(connection: Connection, request, version: int) -> dict:
+    results = [await _create(connection, topic, request.validate_only) for topic in request.topics]
+    return {"throttle_time": 0, "topics": results}
+
+
+async def _create(connection: Connection, topic, validate_only: bool) -> dict:
+    broker = connection.broker
+    partitions = topic.num_partitions if topic.num_partitions > 0 else DEFAULT_PARTITIONS
+    configs = {config.name: config.value for config in topic.configs if config.value is not None}
+    try:
+        if validate_only:
+            created = await broker.validate_new_topic(topic.name, partitions, configs)
+        else:
+            created = await broker.create_topic(topic.name, partitions=partitions, configs=configs)
+    except Exception as error:
+        return {
+            "name": topic.name,
+            "topic_id": None,
+            "error_code": error_code(error),
+            "error_message": error_message(error),
+            "configs": None,
+        }
+    return {
+        "name": topic.name,
+        "topic_id": topic_uuid(created),
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "num_partitions": created.partitions,
+        "replication_factor": 1,
+        "configs": None,
+    }
+
+
+async def delete_topics(connection: Connection, request, version: int) -> dict:
+    responses = []
+    for name in request.topic_names:
+        try:
+            await connection.broker.delete_topic(name)
+            responses.append({"name": name, "error_code": ErrorCode.none})
+        except Exception as error:
+            responses.append(
+                {
+                    "name": name,
+                    "error_code": error_code(error),
+                    "error_message": error_message(error),
+                }
+            )
+    return {"throttle_time": 0, "responses": responses}
+
+
+async def create_partitions(connection: Connection, request, version: int) -> dict:
+    results = []
+    for topic in request.topics:
+        try:
+            if request.validate_only:
+                current = await connection.broker.topic(topic.name)
+                if topic.count <= current.partitions:
+                    raise ValueError("the count must exceed the current partition count")
+            else:
+                await connection.broker.alter_topic(topic.name, partitions=topic.count)
+            results.append({"name": topic.name, "error_code": ErrorCode.none})
+        except Exception as error:
+            code = ErrorCode.invalid_partitions if isinstance(error, ValueError) else None
+            results.append(
+                {
+                    "name": topic.name,
+                    "error_code": code or error_code(error),
+                    "error_message": error_message(error),
+                }
+            )
+    return {"throttle_time": 0, "results": results}

@@ -1,0 +1,137 @@
+"""ApiVersions, Metadata and InitProducerId: what a client asks before anything else."""
+
+from __future__ import annotations
+
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from api.kafka.connection import Connection
+from api.kafka.errors import error_code
+from storage_layout.catalog import TopicInfo
+from storage_layout.errors import TopicNotFound
+
+NO_NODE = -1
+
+
+async def api_versions(connection: Connection, request, version: int) -> dict:
+    return _versions(ErrorCode.none)
+
+
+def api_versions_unsupported() -> dict:
+    """The answer to an ApiVersions request of a version this node does not know: v0's shape,
+    UNSUPPORTED_VERSION and the supported ranges, so the client retries at one of them."""
+    return _versions(ErrorCode.unsupported_version)
+
+
+def _versions(code: ErrorCode) -> dict:
+    from api.kafka.handlers import APIS
+
+    keys = [
+        {"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
+        for api in sorted(APIS.values(), key=lambda api: api.key)
+    ]
+    return {"error_code": code, "api_keys": keys, "throttle_time": 0}
+
+
+async def metadata(connection: Connection, request, version: int) -> dict:
+    broker = connection.broker
+    names = _requested_topics(request, version)
+    if names is None:
+        topics = await broker.list_topics()
+        described = [_topic(connection, topic) for topic in topics]
+    else:
+        described = [await _named_topic(connection, name, request) for name in names]
+    return {
+        "throttle_time": 0,
+        "brokers": _brokers(connection),
+        "cluster_id": connection.settings.cluster_id,
+        "controller_id": broker.cluster.node_id,
+        "topics": described,
+    }
+
+
+def _requested_topics(request, version: int) -> list[str] | None:
+    """None for every topic: a null list, or (v0 only) an empty one."""
+    if request.topics is None or (version == 0 and not request.topics):
+        return None
+    return [topic.name for topic in request.topics if topic.name is not None]
+
+
+async def _named_topic(connection: Connection, name: str, request) -> dict:
+    broker = connection.broker
+    try:
+        return _topic(connection, await broker.topic(name))
+    except TopicNotFound as missing:
+        auto = getattr(request, "allow_auto_topic_creation", False)
+        if auto and connection.settings.kafka_auto_create_topics:
+            created = await broker.create_topic(name, partitions=1, configs={})
+            return _topic(connection, created)
+        return _unknown_topic(name, missing)
+    except Exception as error:
+        return _unknown_topic(name, error)
+
+
+def _unknown_topic(name: str, error: Exception) -> dict:
+    return {
+        "error_code": error_code(error),
+        "name": name,
+        "topic_id": uuid.UUID(int=0),
+        "partitions": [],
+    }
+
+
+def _topic(connection: Connection, topic: TopicInfo) -> dict:
+    broker = connection.broker
+    partitions = []
+    for index in range(topic.partitions):
+        leader = broker.leader_for_clients(topic.name, index)
+        partitions.append(
+            {
+                "error_code": ErrorCode.none,
+                "partition_index": index,
+                "leader_id": leader,
+                "replica_nodes": [leader],
+                "isr_nodes": [leader],
+            }
+        )
+    return {
+        "error_code": ErrorCode.none,
+        "name": topic.name,
+        "topic_id": topic_uuid(topic),
+        "partitions": partitions,
+    }
+
+
+def topic_uuid(topic: TopicInfo) -> uuid.UUID:
+    try:
+        return uuid.UUID(topic.topic_id)
+    except ValueError:
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"lakelog:{topic.name}:{topic.topic_id}")
+
+
+def _brokers(connection: Connection) -> list[dict]:
+    cluster = connection.broker.cluster
+    brokers = []
+    for node_id in cluster.live_nodes():
+        address = cluster.kafka_address(node_id)
+        if address is None:
+            continue
+        host, _, port = address.rpartition(":")
+        brokers.append({"node_id": node_id, "host": host, "port": int(port), "rack": None})
+    return brokers
+
+
+async def init_producer_id(connection: Connection, request, version: int) -> dict:
+    try:
+        identity = await connection.broker.init_producer(
+            request.transactional_id, connection.client_id
+        )
+    except Exception as error:
+        return {"throttle_time": 0, "error_code": error_code(error), "producer_epoch": -1}
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "producer_id": identity.producer_id,
+        "producer_epoch": identity.producer_epoch,
+    }

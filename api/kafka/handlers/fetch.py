@@ -1,0 +1,133 @@
+"""Fetch: records from each requested partition, encoded as RecordBatch v2, long-polling until
+`min_bytes` have arrived or `max_wait` has passed (woken by the commits of the partitions this
+node leads). A node that does not lead a partition serves its committed records from the shared
+table (KIP-392's follower fetching) and answers NOT_LEADER_OR_FOLLOWER only at the head.
+
+Sessions (KIP-227): every answer has session id 0, which tells clients there is no session, so
+each request lists its partitions in full (Kafka's own answer when its session cache is full).
+`isolation_level` is accepted; with no transactions yet, every record is committed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from api.core.records import FetchRequest
+from api.kafka.codec import encode_records
+from api.kafka.connection import Connection
+from api.kafka.errors import error_code
+from storage_layout.errors import OffsetOutOfRange
+
+
+@dataclass(frozen=True, slots=True)
+class _Wanted:
+    topic: str
+    partition: int
+    offset: int
+    bytes_max: int
+
+
+async def fetch(connection: Connection, request, version: int) -> dict:
+    wanted = [
+        _Wanted(topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    max_wait_ms = min(_ms(request.max_wait), connection.settings.fetch_timeout_ms_max)
+    deadline = time.monotonic() + max_wait_ms / 1000
+    keys = [(w.topic, w.partition) for w in wanted]
+    while True:
+        events = connection.broker.commit_events(keys)
+        answers, size = await _read_all(connection, wanted, request.max_bytes)
+        remaining_ms = int((deadline - time.monotonic()) * 1000)
+        if size >= max(1, request.min_bytes) or remaining_ms <= 0 or _has_errors(answers):
+            break
+        await connection.broker.wait_for_commits(events, remaining_ms)
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "session_id": 0,
+        "responses": _by_topic(wanted, answers),
+    }
+
+
+async def _read_all(connection: Connection, wanted: list[_Wanted], total_max: int):
+    answers, size = [], 0
+    for item in wanted:
+        # Kafka returns the first batch whole even past the limits, so a large record never
+        # stalls a consumer; after that the total budget applies.
+        budget = max(1, min(item.bytes_max, total_max - size)) if size else item.bytes_max
+        if size and size >= total_max:
+            answers.append(await _bounds_only(connection, item))
+            continue
+        answer = await _read_one(connection, item, budget)
+        size += len(answer.get("records") or b"")
+        answers.append(answer)
+    return answers, size
+
+
+async def _read_one(connection: Connection, item: _Wanted, bytes_max: int) -> dict:
+    request = FetchRequest(item.topic, item.partition, item.offset, bytes_max, 0)
+    try:
+        result = await connection.broker.read_now(request)
+    except OffsetOutOfRange as error:
+        return _error(item, error, error.high_watermark, error.log_start_offset)
+    except Exception as error:
+        return _error(item, error, -1, -1)
+    return {
+        "partition_index": item.partition,
+        "error_code": ErrorCode.none,
+        "high_watermark": result.high_watermark,
+        "last_stable_offset": result.high_watermark,
+        "log_start_offset": result.log_start_offset,
+        "aborted_transactions": [],
+        "records": encode_records(result.records),
+    }
+
+
+async def _bounds_only(connection: Connection, item: _Wanted) -> dict:
+    """A partition past the response's byte budget: no records, so the client asks again."""
+    try:
+        bounds = await connection.broker.partition_bounds(item.topic, item.partition)
+        high_watermark, log_start = bounds.high_watermark, bounds.log_start_offset
+    except Exception:  # led elsewhere: the next fetch reads it
+        high_watermark = log_start = -1
+    return {
+        "partition_index": item.partition,
+        "error_code": ErrorCode.none,
+        "high_watermark": high_watermark,
+        "last_stable_offset": high_watermark,
+        "log_start_offset": log_start,
+        "aborted_transactions": [],
+        "records": b"",
+    }
+
+
+def _error(item: _Wanted, error: Exception, high_watermark: int, log_start: int) -> dict:
+    return {
+        "partition_index": item.partition,
+        "error_code": error_code(error),
+        "high_watermark": high_watermark,
+        "last_stable_offset": high_watermark,
+        "log_start_offset": log_start,
+        "aborted_transactions": None,
+        "records": None,
+    }
+
+
+def _has_errors(answers: list[dict]) -> bool:
+    return any(answer["error_code"] != ErrorCode.none for answer in answers)
+
+
+def _by_topic(wanted: list[_Wanted], answers: list[dict]) -> list[dict]:
+    by_topic: dict[str, list[dict]] = {}
+    for item, answer in zip(wanted, answers, strict=True):
+        by_topic.setdefault(item.topic, []).append(answer)
+    return [{"topic": topic, "partitions": partitions} for topic, partitions in by_topic.items()]
+
+
+def _ms(value) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)

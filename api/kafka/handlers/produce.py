@@ -1,0 +1,97 @@
+"""Produce: each partition's RecordBatch becomes one append to the partition's single writer,
+with the batch's producer id, epoch and base sequence as an idempotent producer batch (a retry
+gets its original offsets; a gap is OUT_OF_ORDER_SEQUENCE_NUMBER). Only the leader appends: a
+node that does not lead the partition answers NOT_LEADER_OR_FOLLOWER, and the client refreshes
+its metadata, as with Kafka. acks=0 gets no response at all; acks=1 and acks=-1 both wait for
+the durable commit (the store replicates, so there is no weaker acknowledgement to give)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from api.core.errors import InvalidRequest, RecordTooLarge
+from api.kafka.codec import decode_batches
+from api.kafka.connection import Connection
+from api.kafka.errors import error_code, error_message
+from storage_layout.producer_state import ProducerBatch
+
+ACKS_NONE = 0
+
+
+async def produce(connection: Connection, request, version: int) -> dict | None:
+    jobs = [
+        (topic.name, partition.index, _append(connection, topic.name, partition, request.acks))
+        for topic in request.topic_data
+        for partition in topic.partition_data
+    ]
+    outcomes = await asyncio.gather(*(job for _, _, job in jobs))
+    if request.acks == ACKS_NONE:
+        return None
+    by_topic: dict[str, list[dict]] = {}
+    for (name, index, _), outcome in zip(jobs, outcomes, strict=True):
+        by_topic.setdefault(name, []).append({"index": index, **outcome})
+    responses = [
+        {"name": name, "partition_responses": partitions} for name, partitions in by_topic.items()
+    ]
+    return {"responses": responses, "throttle_time": 0}
+
+
+async def _append(connection: Connection, topic_name: str, partition, acks: int) -> dict:
+    broker = connection.broker
+    try:
+        topic = await broker.topic(topic_name)
+        topic.check_partition(partition.index)
+        data = partition.records or b""
+        if len(data) > topic.config.max_message_bytes:
+            raise RecordTooLarge(
+                index=0, size_bytes=len(data), limit_bytes=topic.config.max_message_bytes
+            )
+        batch = _one_batch(data)
+        producer = None
+        if batch.idempotent:
+            producer = ProducerBatch(
+                batch.producer_id, batch.producer_epoch, batch.base_sequence, len(batch.records)
+            )
+        pending = await broker.submit(
+            topic_name, partition.index, list(batch.records), producer=producer, forward=False
+        )
+        if acks == ACKS_NONE:
+            pending.add_done_callback(_consume_outcome)
+            return {"error_code": ErrorCode.none, "base_offset": -1}
+        ack = await pending
+    except Exception as error:
+        return {
+            "error_code": error_code(error),
+            "base_offset": -1,
+            "error_message": error_message(error),
+        }
+    append_time = None
+    if topic.config.log_append_time:
+        append_time = datetime.datetime.fromtimestamp(ack.append_time_ms / 1000, datetime.UTC)
+    return {
+        "error_code": ErrorCode.none,
+        "base_offset": ack.base_offset,
+        "log_append_time": append_time,
+    }
+
+
+def _one_batch(data: bytes):
+    """Kafka (v3+) takes exactly one batch per partition in a Produce request."""
+    batches = decode_batches(data)
+    if len(batches) != 1:
+        raise InvalidRequest(f"{len(batches)} record batches for one partition: send exactly one.")
+    batch = batches[0]
+    if batch.is_transactional or batch.is_control:
+        raise InvalidRequest("Transactional and control batches are not accepted yet (issue 16).")
+    if not batch.records:
+        raise InvalidRequest("An empty record batch appends nothing.")
+    return batch
+
+
+def _consume_outcome(future: asyncio.Future) -> None:
+    """acks=0: nobody waits for the outcome; retrieve it so asyncio does not log it."""
+    if not future.cancelled():
+        future.exception()

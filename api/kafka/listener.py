@@ -1,0 +1,133 @@
+"""The Kafka listener: an asyncio server speaking Kafka's binary protocol over TCP.
+
+Framing: a request is an int32 size and that many bytes; a size below 0 or above
+`kafka_request_bytes_max` (Kafka's socket.request.max.bytes) closes the connection unread, and
+so does a frame that does not arrive within `kafka_frame_timeout_ms`. Requests of one
+connection are answered in order, one at a time, as Kafka's broker does (it mutes a connection
+until its response is sent). A request the node cannot parse, of an unknown API or an
+unsupported version, closes the connection (Kafka's behaviour), except ApiVersions, which
+answers UNSUPPORTED_VERSION with the supported ranges so the client can downgrade.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+
+from api.core.broker import Broker
+from api.kafka import messages
+from api.kafka.connection import Connection
+from api.kafka.handlers import APIS
+from api.kafka.handlers.cluster import api_versions_unsupported
+from api.kafka.messages import MalformedRequest
+from conf.settings import Settings
+
+log = logging.getLogger("lakelog.kafka")
+
+API_VERSIONS_KEY = 18
+_SIZE = struct.Struct(">i")
+
+
+class ProtocolViolation(Exception):
+    """The client broke the framing or sent what no handler takes: close the connection."""
+
+
+class KafkaListener:
+    """Serves the Kafka protocol for one broker core; start() after the broker has started."""
+
+    def __init__(self, broker: Broker, settings: Settings) -> None:
+        self._broker = broker
+        self._settings = settings
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._serve, host=self._settings.host, port=self._settings.kafka_port
+        )
+        log.info("Kafka listener on %s:%s", self._settings.host, self._settings.kafka_port)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        connection = Connection(self._broker, self._settings, str(peer))
+        try:
+            while True:
+                frame = await self._read_frame(reader)
+                if frame is None:
+                    return
+                response = await self._answer(connection, frame)
+                if response is not None:
+                    writer.write(response)
+                    await writer.drain()
+        except ProtocolViolation as violation:
+            log.info("closing Kafka connection from %s: %s", peer, violation)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass  # the client went away or stalled mid-frame
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a handler's bug must cost this connection, never the node
+            log.exception("Kafka connection from %s failed", peer)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _read_frame(self, reader: asyncio.StreamReader) -> bytes | None:
+        settings = self._settings
+        try:
+            head = await asyncio.wait_for(
+                reader.readexactly(4), settings.kafka_idle_timeout_ms / 1000
+            )
+        except asyncio.IncompleteReadError as error:
+            if not error.partial:
+                return None  # a clean close between requests
+            raise
+        (size,) = _SIZE.unpack(head)
+        if size < 0 or size > settings.kafka_request_bytes_max:
+            raise ProtocolViolation(
+                f"a {size}-byte request is outside 0..{settings.kafka_request_bytes_max} "
+                f"(LAKELOG_KAFKA_REQUEST_BYTES_MAX)"
+            )
+        return await asyncio.wait_for(
+            reader.readexactly(size), settings.kafka_frame_timeout_ms / 1000
+        )
+
+    async def _answer(self, connection: Connection, frame: bytes) -> bytes | None:
+        try:
+            api_key, version, correlation_id = messages.peek_header(frame)
+        except MalformedRequest as error:
+            raise ProtocolViolation(str(error)) from None
+        api = APIS.get(api_key)
+        if api is None:
+            raise ProtocolViolation(f"unknown API key {api_key}")
+        if not api.supports(version):
+            if api_key == API_VERSIONS_KEY:
+                body = api_versions_unsupported()
+                return messages.response_frame(api_key, 0, correlation_id, body)
+            raise ProtocolViolation(
+                f"{api.name} v{version} is not supported (v{api.min_version}-v{api.max_version})"
+            )
+        try:
+            header, request = messages.read_request(frame, api_key, version)
+        except MalformedRequest as error:
+            raise ProtocolViolation(str(error)) from None
+        connection.client_id = header.client_id
+        body = await api.handler(connection, request, version)
+        if body is None:
+            return None  # acks=0
+        return messages.response_frame(api_key, version, correlation_id, body)

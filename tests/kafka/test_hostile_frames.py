@@ -1,0 +1,220 @@
+"""Bad input on the Kafka listener of a real gateway: oversized, negative, truncated and never
+finished frames, unknown API keys and versions, damaged record batches and random mutations of
+valid requests. Each gets the right error code or a closed connection; the node keeps serving
+and nothing acknowledged is lost."""
+
+from __future__ import annotations
+
+import io
+import random
+import socket
+import struct
+import time
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from kio.index import load_request_schema
+from kio.serial import entity_reader, entity_writer
+
+from api.kafka.codec import encode_records
+from api.kafka.messages import build, response_class
+from tests.gateway_process import start_gateway
+from tests.kafka.test_clients import consume, create, produce_all
+
+pytestmark = pytest.mark.gateway
+
+API_VERSIONS, METADATA, PRODUCE = 18, 3, 0
+FUZZ_CASES = 300
+
+
+def connect(address: str) -> socket.socket:
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    return sock
+
+
+def request_frame(api_key: int, version: int, body: dict, correlation_id: int = 7) -> bytes:
+    schema = load_request_schema(api_key, version)
+    header = schema.__header_schema__(
+        request_api_key=api_key,
+        request_api_version=version,
+        correlation_id=correlation_id,
+        client_id="hostile",
+    )
+    buffer = io.BytesIO()
+    entity_writer(schema.__header_schema__)(buffer, header)
+    entity_writer(schema)(buffer, build(schema, body))
+    payload = buffer.getvalue()
+    return struct.pack(">i", len(payload)) + payload
+
+
+def read_answer(sock: socket.socket) -> bytes | None:
+    """The response payload (after the size), or None when the node closed the connection."""
+    head = _read_exactly(sock, 4)
+    if head is None:
+        return None
+    (size,) = struct.unpack(">i", head)
+    return _read_exactly(sock, size)
+
+
+def _read_exactly(sock: socket.socket, count: int) -> bytes | None:
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def api_versions_answered(address: str) -> bool:
+    with connect(address) as sock:
+        sock.sendall(
+            request_frame(
+                API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
+            )
+        )
+        return read_answer(sock) is not None
+
+
+def closed_after(address: str, data: bytes) -> bool:
+    with connect(address) as sock:
+        sock.sendall(data)
+        return read_answer(sock) is None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        struct.pack(">i", 200 * 1024 * 1024),  # above LAKELOG_KAFKA_REQUEST_BYTES_MAX
+        struct.pack(">i", -5),
+        struct.pack(">i", 8) + struct.pack(">hhi", 9999, 0, 1),  # unknown API key
+        struct.pack(">i", 8) + struct.pack(">hhi", PRODUCE, 1, 1),  # Produce v1: removed in 4.0
+        struct.pack(">i", 3) + b"\x00\x03\x00",  # shorter than a header
+        struct.pack(">i", 12) + struct.pack(">hhi", METADATA, 12, 1) + b"\xff\xff\xff\xff",
+    ],
+    ids=["oversized", "negative", "unknown-api", "removed-version", "no-header", "garbage-body"],
+)
+def test_a_bad_frame_closes_its_connection_and_the_node_serves_on(bootstrap, data):
+    assert closed_after(bootstrap, data)
+    assert api_versions_answered(bootstrap)
+
+
+def test_an_unknown_api_versions_version_is_answered_with_the_supported_ranges(bootstrap):
+    with connect(bootstrap) as sock:
+        payload = struct.pack(">hhi", API_VERSIONS, 99, 42) + struct.pack(">h", -1) + b"\x00" * 8
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        answer = read_answer(sock)
+    assert answer is not None
+    (correlation_id,) = struct.unpack_from(">i", answer)
+    body, _ = entity_reader(response_class(API_VERSIONS, 0))(answer, 4)
+    assert correlation_id == 42 and body.error_code.value == 35  # UNSUPPORTED_VERSION
+    ranges = {key.api_key: (key.min_version, key.max_version) for key in body.api_keys}
+    assert ranges[API_VERSIONS] == (0, 4) and PRODUCE in ranges
+
+
+def test_a_damaged_batch_is_corrupt_message_and_appends_nothing(bootstrap, topic_name):
+    create(bootstrap, topic_name)
+    produce_all(bootstrap, topic_name, [{"value": b"kept"}])
+    batch = bytearray(encode_records(_records([b"damaged"])))
+    batch[-1] ^= 0xFF  # the CRC no longer matches
+    body = {
+        "acks": -1,
+        "timeout": 5000,
+        "topic_data": [
+            {"name": topic_name, "partition_data": [{"index": 0, "records": bytes(batch)}]}
+        ],
+    }
+    with connect(bootstrap) as sock:
+        sock.sendall(request_frame(PRODUCE, 9, body))
+        answer = read_answer(sock)
+    response, _ = entity_reader(response_class(PRODUCE, 9))(answer, 5)  # id + tagged fields
+    [partition] = response.responses[0].partition_responses
+    assert partition.error_code.value == 2  # CORRUPT_MESSAGE
+    assert high_watermark(bootstrap, topic_name) == 1
+    assert [m.value() for m in consume(bootstrap, topic_name, [0], 1)] == [b"kept"]
+
+
+def test_a_frame_never_finished_is_dropped_after_the_frame_timeout(tmp_path_factory):
+    env = {"LAKELOG_KAFKA_FRAME_TIMEOUT_MS": "500"}
+    gateway = start_gateway(tmp_path_factory.mktemp("slow") / "data", env=env, kafka=True)
+    try:
+        with connect(gateway.kafka_address) as sock:
+            sock.sendall(struct.pack(">i", 100) + b"\x00" * 10)  # 90 bytes never come
+            started = time.monotonic()
+            assert read_answer(sock) is None
+            assert time.monotonic() - started < 5
+        assert api_versions_answered(gateway.kafka_address)
+    finally:
+        gateway.stop()
+
+
+def test_random_mutations_of_valid_requests_never_break_the_node(bootstrap, topic_name):
+    create(bootstrap, topic_name)
+    acked = produce_all(bootstrap, topic_name, [{"value": f"v{i}".encode()} for i in range(5)])
+    valid = [
+        request_frame(
+            API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
+        ),
+        request_frame(
+            METADATA,
+            12,
+            {"topics": [{"name": topic_name}], "include_topic_authorized_operations": False},
+        ),
+        request_frame(
+            PRODUCE,
+            9,
+            {
+                "acks": -1,
+                "timeout": 5000,
+                "topic_data": [
+                    {
+                        "name": topic_name,
+                        "partition_data": [
+                            {"index": 0, "records": encode_records(_records([b"z"]))}
+                        ],
+                    }
+                ],
+            },
+        ),
+    ]
+    rng = random.Random(1)
+    for _ in range(FUZZ_CASES):
+        frame = bytearray(rng.choice(valid))
+        for _ in range(rng.randint(1, 4)):
+            position = rng.randrange(4, len(frame))  # keep the size: mutate the request
+            frame[position] = rng.randrange(256)
+        with connect(bootstrap) as sock:
+            sock.settimeout(10)
+            sock.sendall(bytes(frame))
+            read_answer(sock)  # an answer or a closed connection, never a hang
+    assert api_versions_answered(bootstrap)
+    end = high_watermark(bootstrap, topic_name)
+    read = consume(bootstrap, topic_name, [0], end)
+    assert [m.value() for m in read[:5]] == [m.value() for m in acked]  # acknowledged: kept
+    assert [m.offset() for m in read] == list(range(end))  # dense, nothing twice
+
+
+def high_watermark(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"hw-{topic}"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), 30)[1]
+    finally:
+        consumer.close()
+
+
+def _records(values: list[bytes]) -> pa.Table:
+    count = len(values)
+    return pa.table(
+        {
+            "offset": pa.array(range(count), pa.int64()),
+            "timestamp": pa.array([1_700_000_000_000_000] * count, pa.timestamp("us", tz="UTC")),
+            "timestamp_type": pa.array([0] * count, pa.int8()),
+            "key": pa.array([None] * count, pa.binary()),
+            "value": pa.array(values, pa.binary()),
+            "headers": pa.array(
+                [None] * count, pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+            ),
+        }
+    )
