@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from api.core.groups.consumer_protocol import decode_assignment, encode_assignment
 from api.core.groups.errors import (
     FencedInstanceId,
     IllegalGeneration,
@@ -206,3 +207,57 @@ def test_leaving_rebalances_and_the_last_one_empties_the_group():
     group.leave(second)
     assert group.state == GroupState.EMPTY
     assert group.members == {}
+
+
+# ---- Kafka's classic protocol: the leader member assigns ------------------------------------
+
+
+def kafka_request(member_id=None, metadata=b"m", **extra):
+    return request(
+        member_id,
+        protocol_metadata=(("range", metadata),),
+        protocol_type="consumer",
+        **extra,
+    )
+
+
+def test_a_client_assigned_group_waits_for_the_leaders_assignments():
+    group = Group("g", Clock(), decode_assignment=decode_assignment)
+    first = group.join(kafka_request(metadata=b"first")).member_id
+    second = group.join(kafka_request(metadata=b"second")).member_id
+    group.join(kafka_request(first, metadata=b"first"))
+    complete(group)
+    assert group.state == GroupState.COMPLETING_REBALANCE
+    leader = group.leader_id
+    follower = second if leader == first else first
+    assert {v.member_id: v.metadata for v in group.views()} == {first: b"first", second: b"second"}
+    assert group.sync_client_assigned(follower, group.generation, None) is None  # not yet
+
+    mine = encode_assignment((TopicPartition("orders", 0), TopicPartition("orders", 1)))
+    theirs = encode_assignment((TopicPartition("orders", 2),))
+    got = group.sync_client_assigned(leader, group.generation, {leader: mine, follower: theirs})
+
+    assert got == mine and group.state == GroupState.STABLE
+    assert group.sync_client_assigned(follower, group.generation, None) == theirs
+    assert group.owners() == {
+        TopicPartition("orders", 0): leader,
+        TopicPartition("orders", 1): leader,
+        TopicPartition("orders", 2): follower,
+    }
+
+
+def test_a_client_leader_rejoining_a_stable_group_starts_a_rebalance():
+    group = Group("g", Clock(), decode_assignment=decode_assignment)
+    member = group.join(kafka_request()).member_id
+    complete(group)
+    group.sync_client_assigned(member, group.generation, {member: b""})
+    assert group.state == GroupState.STABLE
+    group.join(kafka_request(member))  # it saw new metadata: its assignment must be redone
+    assert group.state == GroupState.PREPARING_REBALANCE
+
+
+def test_kafka_clients_and_http_members_cannot_share_a_group():
+    group = Group("g", Clock())
+    group.join(kafka_request())
+    with pytest.raises(InconsistentGroupProtocol):
+        group.join(request())

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from api.core.cluster import preferred_node
+from api.core.groups.consumer_protocol import decode_assignment
 from api.core.groups.errors import (
     GroupNotFound,
     InvalidGroupRequest,
@@ -180,10 +181,11 @@ class GroupCoordinator:
             raise UnknownMemberId(f"Member {member.member_id} was removed during the rebalance.")
         if group.state == GroupState.PREPARING_REBALANCE:
             raise RebalanceInProgress(f"Group '{group_id}' did not finish rebalancing in time.")
-        # The join response carries the assignment (computed here, not by a leader member),
-        # so delivering it is the member's sync; a separate sync call is optional.
-        group.sync(member.member_id, group.generation)
-        self._notify(slot)
+        if not group.client_assigned:
+            # The join response carries the assignment (computed here, not by a leader
+            # member), so delivering it is the member's sync; a separate sync is optional.
+            group.sync(member.member_id, group.generation)
+            self._notify(slot)
         return JoinResult(
             member.member_id,
             group.generation,
@@ -198,6 +200,36 @@ class GroupCoordinator:
         assignment = slot.group.sync(member_id, generation)
         self._notify(slot)
         return tuple(sorted(assignment))
+
+    async def sync_client_assigned(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        assignments: dict[str, bytes] | None,
+    ) -> bytes:
+        """Kafka's SyncGroup: the leader's call brings every member's assignment; each member
+        waits (up to its rebalance timeout) for its own.
+
+        Raises:
+            RebalanceInProgress: a new rebalance began, or the leader never sent assignments.
+        """
+        slot = await self._slot(group_id)
+        group = slot.group
+        member = group.member(member_id)
+        deadline_s = self._clock() + member.rebalance_timeout_ms / 1000
+        while True:
+            assignment = group.sync_client_assigned(member_id, generation, assignments)
+            self._notify(slot)
+            if assignment is not None:
+                return assignment
+            if self._clock() >= deadline_s:
+                raise RebalanceInProgress(
+                    f"Group '{group_id}': the leader sent no assignment in time; join again."
+                )
+            await self._wait(slot, min(TICK_S * 10, deadline_s - self._clock()))
+            slot = await self._slot(group_id)
+            group = slot.group
 
     async def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
         slot = await self._slot(group_id)
@@ -299,7 +331,7 @@ class GroupCoordinator:
         except LeadershipConflict as error:
             raise NotCoordinator(f"Another node took group '{group_id}' first; retry.") from error
         stored = await self._blocking(self._offsets.load, group_id)
-        group = Group(group_id, self._clock)
+        group = Group(group_id, self._clock, decode_assignment=decode_assignment)
         # Generations continue above the newest one stored with a committed offset. A number
         # handed out before a restart but never committed with may be handed out again; that
         # is safe because membership is in memory and member ids are random: every member of

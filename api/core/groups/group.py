@@ -14,6 +14,12 @@ consumer instances, whose loop runs in the gateway) count as joined at once, so 
 them rebalances without waiting. With cooperative-sticky, a partition that moves is first
 revoked; the follow-up rebalance then hands it over.
 
+Kafka's own clients use the classic protocol as Kafka defines it: the member with
+`protocol_metadata` (per assignor, opaque) are "client-assigned": the coordinator picks the
+protocol and a leader, hands the leader every member's metadata, and the leader's SyncGroup
+carries each member's assignment (opaque bytes, read with consumer_protocol for the views). A
+group is either client-assigned or not: mixing the two is INCONSISTENT_GROUP_PROTOCOL.
+
 No I/O and no asyncio here: the coordinator (api/core/groups/coordinator.py) drives this class and
 owns waiting, timers and offsets. Times are `time.monotonic()` seconds from the injected clock.
 """
@@ -71,6 +77,13 @@ class JoinRequest:
     subscription: Subscription
     assignors: tuple[str, ...] = ASSIGNORS
     server_driven: bool = False
+    # Kafka's classic protocol: (assignor, metadata) pairs; the leader member assigns.
+    protocol_metadata: tuple[tuple[str, bytes], ...] | None = None
+    protocol_type: str | None = None
+
+    @property
+    def client_assigned(self) -> bool:
+        return self.protocol_metadata is not None
 
 
 @dataclass(slots=True)
@@ -89,6 +102,8 @@ class Member:
     assignment: frozenset[TopicPartition] = frozenset()
     joined: bool = True  # has joined the current (or last) rebalance
     synced: bool = True  # has fetched its assignment of the current generation
+    protocol_metadata: dict[str, bytes] | None = None  # client-assigned members only
+    assignment_bytes: bytes | None = None  # the leader's assignment for it (client-assigned)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +114,8 @@ class MemberView:
     client_id: str
     group_instance_id: str | None
     assignment: tuple[TopicPartition, ...]
+    metadata: bytes | None = None  # for the group's protocol (client-assigned groups)
+    assignment_bytes: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -112,6 +129,8 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     rebalance_deadline_s: float | None = None
     follow_up: bool = False  # a cooperative rebalance that revoked partitions: hand them over
+    protocol_type: str | None = None  # Kafka's, e.g. "consumer" (client-assigned groups)
+    decode_assignment: Callable[[bytes], tuple[TopicPartition, ...]] | None = None
     _instances: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     _fenced: dict[str, str] = field(default_factory=dict)  # replaced member id -> instance id
 
@@ -121,11 +140,15 @@ class Group:
         """Add a member or take a rejoin; starts a rebalance unless a static member came back
         unchanged while the group is stable (then it keeps its assignment: no rebalance)."""
         self._check_protocol(request.assignors)
+        self._check_kind(request)
         if request.member_id:
             member = self.member(request.member_id)
             changed = _changed(member, request)
             _update(member, request, self.clock())
-            if changed or self.state != GroupState.STABLE or not member.synced:
+            # As Kafka: a client leader rejoining a stable group asks for a rebalance (it saw
+            # new metadata); another unchanged member just learns the current generation.
+            leader_rejoins = request.client_assigned and member.member_id == self.leader_id
+            if changed or leader_rejoins or self.state != GroupState.STABLE or not member.synced:
                 self._prepare_rebalance()
             member.joined = True
             return member
@@ -204,14 +227,51 @@ class Group:
 
     def sync(self, member_id: str, generation: int) -> frozenset[TopicPartition]:
         """The member's assignment of this generation; the last sync makes the group Stable."""
-        member = self.touch(member_id)
-        self.check_generation(generation)
-        if self.state == GroupState.PREPARING_REBALANCE:
-            raise RebalanceInProgress(f"Group '{self.group_id}' is rebalancing: join again.")
+        member = self._syncing(member_id, generation)
         member.synced = True
         if self.state == GroupState.COMPLETING_REBALANCE and self._all(lambda m: m.synced):
             self._stabilize()
         return member.assignment
+
+    def sync_client_assigned(
+        self, member_id: str, generation: int, assignments: Mapping[str, bytes] | None
+    ) -> bytes | None:
+        """Kafka's SyncGroup: the leader brings every member's assignment (the group turns
+        Stable); each member gets its own, None while the leader's has not come yet."""
+        member = self._syncing(member_id, generation)
+        if member_id == self.leader_id and self.state == GroupState.COMPLETING_REBALANCE:
+            if assignments is not None:
+                self._take_assignments(assignments)
+        if member.assignment_bytes is None:
+            return None
+        member.synced = True
+        return member.assignment_bytes
+
+    def _syncing(self, member_id: str, generation: int) -> Member:
+        member = self.touch(member_id)
+        self.check_generation(generation)
+        if self.state == GroupState.PREPARING_REBALANCE:
+            raise RebalanceInProgress(f"Group '{self.group_id}' is rebalancing: join again.")
+        return member
+
+    def _take_assignments(self, assignments: Mapping[str, bytes]) -> None:
+        for member in self.members.values():
+            data = assignments.get(member.member_id, b"")
+            member.assignment_bytes = data
+            member.assignment = frozenset(self._decoded(data))
+        self.state = GroupState.STABLE  # as Kafka: once the leader's assignment is in
+
+    def _decoded(self, data: bytes) -> tuple[TopicPartition, ...]:
+        if self.decode_assignment is None:
+            return ()
+        try:
+            return self.decode_assignment(data)
+        except ValueError:  # not the consumer protocol: shown without partitions
+            return ()
+
+    @property
+    def client_assigned(self) -> bool:
+        return any(m.protocol_metadata is not None for m in self.members.values())
 
     # ---- rebalancing -----------------------------------------------------------------------
 
@@ -238,6 +298,9 @@ class Group:
             self.state, self.protocol, self.leader_id = GroupState.EMPTY, None, None
             return
         self.protocol = self._choose_protocol()
+        if self.client_assigned:
+            self._await_leader_assignment()
+            return
         result = assign(
             self.protocol,
             [_subscription(m, all_topics) for m in self._sorted_members()],
@@ -252,6 +315,17 @@ class Group:
             self._stabilize()
         else:
             self.state = GroupState.COMPLETING_REBALANCE
+
+    def _await_leader_assignment(self) -> None:
+        """Client-assigned: keep the leader if it stayed, else the first member; every member
+        waits in SyncGroup for what the leader assigns."""
+        if self.leader_id not in self.members:
+            self.leader_id = self._sorted_members()[0].member_id
+        for member in self.members.values():
+            member.assignment_bytes = None
+            member.assignment = frozenset()
+            member.synced = False
+        self.state = GroupState.COMPLETING_REBALANCE
 
     def request_rebalance(self) -> None:
         """Rebalance because something outside the membership changed (a subscribed topic
@@ -270,7 +344,14 @@ class Group:
 
     def views(self) -> list[MemberView]:
         return [
-            MemberView(m.member_id, m.client_id, m.group_instance_id, tuple(sorted(m.assignment)))
+            MemberView(
+                m.member_id,
+                m.client_id,
+                m.group_instance_id,
+                tuple(sorted(m.assignment)),
+                (m.protocol_metadata or {}).get(self.protocol or ""),
+                m.assignment_bytes,
+            )
             for m in self._sorted_members()
         ]
 
@@ -297,6 +378,7 @@ class Group:
         changed = _changed(old, request)
         member = _new_member(request, self.clock())
         member.assignment, member.synced = old.assignment, old.synced
+        member.assignment_bytes = old.assignment_bytes
         del self.members[old.member_id]
         self._remember_fenced(old.member_id, request.group_instance_id)
         self.members[member.member_id] = member
@@ -337,6 +419,23 @@ class Group:
                 f"member supports only {list(assignors)}."
             )
 
+    def _check_kind(self, request: JoinRequest) -> None:
+        others = [m for m in self.members.values() if m.member_id != request.member_id]
+        if not others:
+            self.protocol_type = request.protocol_type
+            return
+        if any((m.protocol_metadata is not None) != request.client_assigned for m in others):
+            raise InconsistentGroupProtocol(
+                f"Group '{self.group_id}' has members whose assignment is computed by "
+                f"{'the client leader' if not request.client_assigned else 'lakelog'}: Kafka "
+                f"clients and HTTP consumers cannot share a group."
+            )
+        if request.protocol_type != self.protocol_type:
+            raise InconsistentGroupProtocol(
+                f"Group '{self.group_id}' has protocol type {self.protocol_type!r}, not "
+                f"{request.protocol_type!r}."
+            )
+
     def _choose_protocol(self) -> str:
         """The first assignor of the leader's preference that every member supports."""
         members = self._sorted_members()
@@ -362,11 +461,22 @@ def _new_member(request: JoinRequest, now_s: float) -> Member:
         assignors=request.assignors,
         server_driven=request.server_driven,
         last_seen_s=now_s,
+        protocol_metadata=_metadata(request),
     )
 
 
+def _metadata(request: JoinRequest) -> dict[str, bytes] | None:
+    if request.protocol_metadata is None:
+        return None
+    return dict(request.protocol_metadata)
+
+
 def _changed(member: Member, request: JoinRequest) -> bool:
-    return member.subscription != request.subscription or member.assignors != request.assignors
+    return (
+        member.subscription != request.subscription
+        or member.assignors != request.assignors
+        or member.protocol_metadata != _metadata(request)
+    )
 
 
 def _update(member: Member, request: JoinRequest, now_s: float) -> None:
@@ -374,6 +484,7 @@ def _update(member: Member, request: JoinRequest, now_s: float) -> None:
     member.assignors = request.assignors
     member.session_timeout_ms = request.session_timeout_ms
     member.rebalance_timeout_ms = request.rebalance_timeout_ms
+    member.protocol_metadata = _metadata(request)
     member.last_seen_s = now_s
 
 

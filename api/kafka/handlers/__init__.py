@@ -26,13 +26,22 @@ class Api:
 
 
 def _table() -> dict[int, Api]:
-    from api.kafka.handlers import admin, cluster, fetch, offsets, produce
+    from api.kafka.handlers import admin, cluster, fetch, groups, offsets, produce
 
     apis = [
         Api(0, "Produce", 3, 11, produce.produce),
         Api(1, "Fetch", 4, 12, fetch.fetch),
         Api(2, "ListOffsets", 1, 7, offsets.list_offsets),
         Api(3, "Metadata", 0, 12, cluster.metadata),
+        Api(8, "OffsetCommit", 2, 8, groups.offset_commit),
+        Api(9, "OffsetFetch", 1, 7, groups.offset_fetch),
+        Api(10, "FindCoordinator", 0, 4, groups.find_coordinator),
+        Api(11, "JoinGroup", 0, 9, groups.join_group),
+        Api(12, "Heartbeat", 0, 4, groups.heartbeat),
+        Api(13, "LeaveGroup", 0, 5, groups.leave_group),
+        Api(14, "SyncGroup", 0, 5, groups.sync_group),
+        Api(15, "DescribeGroups", 0, 5, groups.describe_groups),
+        Api(16, "ListGroups", 0, 4, groups.list_groups),
         Api(18, "ApiVersions", 0, 4, cluster.api_versions),
         Api(19, "CreateTopics", 2, 7, admin.create_topics),
         Api(20, "DeleteTopics", 1, 5, admin.delete_topics),

@@ -1,0 +1,335 @@
+"""Consumer groups over the Kafka protocol: FindCoordinator, the classic group protocol
+(JoinGroup, SyncGroup, Heartbeat, LeaveGroup: the leader member assigns), OffsetCommit and
+OffsetFetch on the Delta offsets table, ListGroups and DescribeGroups. The same coordinator
+serves the HTTP group APIs; a node that does not coordinate the group answers NOT_COORDINATOR
+and the client asks FindCoordinator again, as with Kafka."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from api.core.groups.consumer_protocol import BadConsumerProtocol, decode_subscription
+from api.core.groups.errors import GroupNotFound
+from api.core.groups.group import JoinRequest, Subscription
+from api.kafka.connection import Connection
+from api.kafka.errors import error_code, error_message
+from storage_layout.consumer_offsets import OffsetCommit
+from storage_layout.records import TopicPartition
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+NO_GENERATION = -1
+
+
+# ---- FindCoordinator ---------------------------------------------------------------------------
+
+
+async def find_coordinator(connection: Connection, request, version: int) -> dict:
+    if version >= 4:
+        keys = list(request.coordinator_keys)
+        found = [_coordinator(connection, key, request.key_type) for key in keys]
+        return {
+            "throttle_time": 0,
+            "coordinators": [{"key": k, **f} for k, f in zip(keys, found, strict=True)],
+        }
+    key_type = getattr(request, "key_type", GROUP_KEY)
+    return {"throttle_time": 0, **_coordinator(connection, request.key, key_type)}
+
+
+def _coordinator(connection: Connection, key: str, key_type: int) -> dict:
+    unknown = {"node_id": -1, "host": "", "port": -1}
+    if key_type != GROUP_KEY:
+        message = "Transactions are not served yet (issue 16)."
+        return unknown | {
+            "error_code": ErrorCode.coordinator_not_available,
+            "error_message": message,
+        }
+    broker = connection.broker
+    node = broker.groups.coordinator_of(key)
+    address = broker.cluster.kafka_address(node)
+    if address is None:
+        message = f"Node {node} coordinates the group but serves no Kafka listener."
+        return unknown | {
+            "error_code": ErrorCode.coordinator_not_available,
+            "error_message": message,
+        }
+    host, _, port = address.rpartition(":")
+    return {
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "node_id": node,
+        "host": host,
+        "port": int(port),
+    }
+
+
+# ---- membership ----------------------------------------------------------------------------
+
+
+async def join_group(connection: Connection, request, version: int) -> dict:
+    session_ms = _ms(request.session_timeout)
+    rebalance_ms = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
+    join = JoinRequest(
+        member_id=request.member_id or None,
+        client_id=connection.client_id or "",
+        group_instance_id=getattr(request, "group_instance_id", None),
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=rebalance_ms,
+        subscription=_subscription(request),
+        assignors=tuple(p.name for p in request.protocols),
+        protocol_metadata=tuple((p.name, p.metadata) for p in request.protocols),
+        protocol_type=request.protocol_type,
+    )
+    try:
+        result = await connection.broker.groups.join(request.group_id, join)
+    except Exception as error:
+        return {
+            "throttle_time": 0,
+            "error_code": error_code(error),
+            "generation_id": NO_GENERATION,
+            "protocol_name": None,
+            "leader": "",
+            "member_id": request.member_id,
+            "members": [],
+        }
+    is_leader = result.member_id == result.leader_id
+    members = [
+        {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata}
+        for m in result.members
+        if is_leader
+    ]
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "generation_id": result.generation,
+        "protocol_type": request.protocol_type,
+        "protocol_name": result.protocol,
+        "leader": result.leader_id,
+        "member_id": result.member_id,
+        "members": members,
+    }
+
+
+def _subscription(request) -> Subscription:
+    """The topics a consumer subscribes to, from its first protocol's metadata (other protocol
+    types, e.g. Kafka Connect's, have none the coordinator can read)."""
+    if request.protocol_type != "consumer" or not request.protocols:
+        return Subscription()
+    try:
+        decoded = decode_subscription(request.protocols[0].metadata)
+    except BadConsumerProtocol:
+        return Subscription()
+    return Subscription(topics=frozenset(decoded.topics))
+
+
+async def sync_group(connection: Connection, request, version: int) -> dict:
+    assignments = {a.member_id: a.assignment for a in request.assignments} or None
+    try:
+        assignment = await connection.broker.groups.sync_client_assigned(
+            request.group_id, request.member_id, request.generation_id, assignments
+        )
+    except Exception as error:
+        return {"throttle_time": 0, "error_code": error_code(error), "assignment": b""}
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "protocol_type": getattr(request, "protocol_type", None),
+        "protocol_name": getattr(request, "protocol_name", None),
+        "assignment": assignment,
+    }
+
+
+async def heartbeat(connection: Connection, request, version: int) -> dict:
+    try:
+        await connection.broker.groups.heartbeat(
+            request.group_id, request.member_id, request.generation_id
+        )
+    except Exception as error:
+        return {"throttle_time": 0, "error_code": error_code(error)}
+    return {"throttle_time": 0, "error_code": ErrorCode.none}
+
+
+async def leave_group(connection: Connection, request, version: int) -> dict:
+    groups = connection.broker.groups
+    if version < 3:
+        try:
+            await groups.leave(request.group_id, request.member_id)
+        except Exception as error:
+            return {"throttle_time": 0, "error_code": error_code(error)}
+        return {"throttle_time": 0, "error_code": ErrorCode.none}
+    results = []
+    for member in request.members:
+        code = ErrorCode.none
+        try:
+            member_id = member.member_id or await _static_member(
+                connection, request.group_id, member.group_instance_id
+            )
+            await groups.leave(request.group_id, member_id)
+        except Exception as error:
+            code = error_code(error)
+        results.append(
+            {
+                "member_id": member.member_id,
+                "group_instance_id": member.group_instance_id,
+                "error_code": code,
+            }
+        )
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "members": results}
+
+
+async def _static_member(connection: Connection, group_id: str, instance_id: str | None) -> str:
+    group = await connection.broker.groups.group(group_id)
+    for member in group.members.values():
+        if instance_id and member.group_instance_id == instance_id:
+            return member.member_id
+    return ""  # unknown: leave() answers UNKNOWN_MEMBER_ID
+
+
+# ---- offsets -------------------------------------------------------------------------------
+
+
+async def offset_commit(connection: Connection, request, version: int) -> dict:
+    member_id = request.member_id or None
+    # A consumer without a group membership (assign(), Kafka's "simple" consumer) commits
+    # with generation -1 and no member id: allowed while the group has no members.
+    generation = request.generation_id_or_member_epoch if member_id else NO_GENERATION
+    commits = [
+        OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_metadata)
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    code = ErrorCode.none
+    try:
+        await _check_topics(connection, commits)
+        if commits:
+            await connection.broker.groups.commit(
+                request.group_id, commits, member_id=member_id, generation=generation
+            )
+    except Exception as error:
+        code = error_code(error)
+    topics = [
+        {
+            "name": topic.name,
+            "partitions": [
+                {"partition_index": p.partition_index, "error_code": code} for p in topic.partitions
+            ],
+        }
+        for topic in request.topics
+    ]
+    return {"throttle_time": 0, "topics": topics}
+
+
+async def _check_topics(connection: Connection, commits: list[OffsetCommit]) -> None:
+    for name in {commit.topic for commit in commits}:
+        topic = await connection.broker.topic(name)
+        for commit in commits:
+            if commit.topic == name:
+                topic.check_partition(commit.partition)
+
+
+async def offset_fetch(connection: Connection, request, version: int) -> dict:
+    try:
+        stored = await connection.broker.groups.committed(request.group_id)
+    except Exception as error:
+        return {"throttle_time": 0, "topics": [], "error_code": error_code(error)}
+    if request.topics is None:
+        wanted: dict[str, list[int]] = {}
+        for tp in sorted(stored):
+            wanted.setdefault(tp.topic, []).append(tp.partition)
+    else:
+        wanted = {t.name: list(t.partition_indexes) for t in request.topics}
+    topics = []
+    for name, partitions in wanted.items():
+        entries = []
+        for index in partitions:
+            committed = stored.get(TopicPartition(name, index))
+            entries.append(
+                {
+                    "partition_index": index,
+                    "committed_offset": -1 if committed is None else committed.offset,
+                    "metadata": None if committed is None else committed.metadata,
+                    "error_code": ErrorCode.none,
+                }
+            )
+        topics.append({"name": name, "partitions": entries})
+    return {"throttle_time": 0, "topics": topics, "error_code": ErrorCode.none}
+
+
+# ---- admin ---------------------------------------------------------------------------------
+
+
+async def list_groups(connection: Connection, request, version: int) -> dict:
+    groups = connection.broker.groups
+    wanted_states = {s.lower() for s in getattr(request, "states_filter", ())}
+    listed = []
+    for group_id in sorted(set(await groups.stored_groups()) | set(groups.local_groups())):
+        if groups.coordinator_of(group_id) != groups.node_id:
+            continue  # each coordinator lists its own groups, as Kafka's brokers do
+        try:
+            group = await groups.group(group_id)
+        except Exception:
+            continue
+        state = group.state.value
+        if wanted_states and state.lower() not in wanted_states:
+            continue
+        listed.append(
+            {
+                "group_id": group_id,
+                "protocol_type": group.protocol_type or "consumer",
+                "group_state": state,
+            }
+        )
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": listed}
+
+
+async def describe_groups(connection: Connection, request, version: int) -> dict:
+    described = [await _describe(connection, group_id) for group_id in request.groups]
+    return {"throttle_time": 0, "groups": described}
+
+
+async def _describe(connection: Connection, group_id: str) -> dict:
+    groups = connection.broker.groups
+    try:
+        description = await groups.describe(group_id)
+        group = await groups.group(group_id)
+    except GroupNotFound:
+        return _dead(group_id, ErrorCode.none)
+    except Exception as error:
+        return _dead(group_id, error_code(error)) | {"error_message": error_message(error)}
+    members = [
+        {
+            "member_id": m.member_id,
+            "group_instance_id": m.group_instance_id,
+            "client_id": m.client_id,
+            "client_host": "",
+            "member_metadata": m.metadata or b"",
+            "member_assignment": m.assignment_bytes or b"",
+        }
+        for m in description.members
+    ]
+    return {
+        "error_code": ErrorCode.none,
+        "group_id": group_id,
+        "group_state": description.state,
+        "protocol_type": group.protocol_type or ("consumer" if members else ""),
+        "protocol_data": description.protocol or "",
+        "members": members,
+    }
+
+
+def _dead(group_id: str, code: ErrorCode) -> dict:
+    return {
+        "error_code": code,
+        "group_id": group_id,
+        "group_state": "Dead",
+        "protocol_type": "",
+        "protocol_data": "",
+        "members": [],
+    }
+
+
+def _ms(value) -> int:
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)
