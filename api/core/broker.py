@@ -278,6 +278,10 @@ class Broker:
         config = resolved(overrides, defaults)
         return TopicInfo(name, "", 0, partitions, config, overrides=overrides, defaults=defaults)
 
+    async def topic_defaults(self) -> dict[str, str]:
+        """The cluster-wide topic config defaults in force (LAKELOG_DEFAULT_*, by topic name)."""
+        return await self._blocking(read_topic_defaults, self.root)
+
     def validate_configs(self, configs: Mapping[str, object]) -> TopicConfig:
         return TopicConfig.from_mapping(configs)
 

@@ -173,3 +173,55 @@ def test_kafka_python_produces_and_consumes(bootstrap, topic_name):
     values = [message.value for message in consumer]
     consumer.close()
     assert values == [f"m{i}".encode() for i in range(20)]
+
+
+def test_admin_describes_and_alters_topic_configs(bootstrap, topic_name):
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ConfigSource,
+        ResourceType,
+    )
+
+    create(bootstrap, topic_name)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, topic_name)
+
+    def described() -> dict:
+        return admin.describe_configs([resource])[resource].result(30)
+
+    before = described()
+    assert before["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+    change = ConfigResource(
+        ResourceType.TOPIC,
+        topic_name,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([change])[change].result(30)
+    after = described()
+    assert after["retention.ms"].value == "60000"
+    assert after["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    reset = ConfigResource(
+        ResourceType.TOPIC,
+        topic_name,
+        incremental_configs=[
+            ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)
+        ],
+    )
+    admin.incremental_alter_configs([reset])[reset].result(30)
+    assert described()["retention.ms"].value == before["retention.ms"].value
+    bad = ConfigResource(
+        ResourceType.TOPIC,
+        topic_name,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    with pytest.raises(Exception) as refused:
+        admin.incremental_alter_configs([bad])[bad].result(30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    cluster = admin.describe_cluster().result(30)
+    assert cluster.cluster_id == "lakelog" and len(cluster.nodes) == 1

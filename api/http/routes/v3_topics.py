@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from api.core.topic_configs import DescribedConfig, describe_configs
 from api.http import access
 from api.http.deps import BrokerDep, base_url
 from api.http.errors import ApiError
@@ -16,7 +17,6 @@ from api.http.routes.v2_topics import leader_id
 from api.security.authorizer import CLUSTER_RESOURCE_NAME
 from conf.settings import Settings
 from storage_layout.catalog import TopicInfo
-from storage_layout.topic_config import BROKER_NAMES, TopicConfig
 
 router = APIRouter(prefix="/v3", tags=["v3 topics"])
 
@@ -119,12 +119,12 @@ def _partition_data(url: str, cluster_id: str, topic: str, partition: int, node_
     }
 
 
-def _config_data(url: str, cluster_id: str, topic: TopicInfo, name: str, value: str) -> dict:
+def _config_data(url: str, cluster_id: str, topic: TopicInfo, config: DescribedConfig) -> dict:
     """One config as Kafka describes it: where its value comes from (the topic's own
     setting, the cluster-wide default, or Kafka's default) and its synonyms in precedence
-    order."""
+    order (api/core/topic_configs.py)."""
+    name = config.name
     self_url = f"{url}/v3/clusters/{cluster_id}/topics/{topic.name}/configs/{name}"
-    synonyms = _synonyms(topic, name)
     return {
         "kind": "KafkaTopicConfig",
         "metadata": {
@@ -134,28 +134,15 @@ def _config_data(url: str, cluster_id: str, topic: TopicInfo, name: str, value: 
         "cluster_id": cluster_id,
         "topic_name": topic.name,
         "name": name,
-        "value": value,
-        "is_default": synonyms[0]["source"] == DEFAULT_CONFIG,
+        "value": config.value,
+        "is_default": config.is_default,
         "is_read_only": False,
         "is_sensitive": False,
-        "source": synonyms[0]["source"],
-        "synonyms": synonyms,
+        "source": config.source,
+        "synonyms": [
+            {"name": s.name, "value": s.value, "source": s.source} for s in config.synonyms
+        ],
     }
-
-
-DEFAULT_CONFIG = "DEFAULT_CONFIG"
-_BUILTIN = TopicConfig().to_mapping()
-
-
-def _synonyms(topic: TopicInfo, name: str) -> list[dict]:
-    broker_name = BROKER_NAMES[name]
-    found = []
-    if name in topic.overrides:
-        found.append((name, topic.overrides[name], "DYNAMIC_TOPIC_CONFIG"))
-    if name in topic.defaults:
-        found.append((broker_name, topic.defaults[name], "DYNAMIC_DEFAULT_BROKER_CONFIG"))
-    found.append((broker_name, _BUILTIN[name], DEFAULT_CONFIG))
-    return [{"name": n, "value": v, "source": s} for n, v, s in found]
 
 
 def list_body(kind: str, self_url: str, data: list) -> dict:
@@ -266,7 +253,7 @@ async def list_configs(cluster_id: str, topic: str, request: Request, broker: Br
     check_cluster(cluster_id, broker.settings)
     info = await broker.topic(topic)
     url = base_url(request, broker.settings)
-    data = [_config_data(url, cluster_id, info, n, v) for n, v in info.config.to_mapping().items()]
+    data = [_config_data(url, cluster_id, info, config) for config in describe_configs(info)]
     return list_body(
         "KafkaTopicConfigList", f"{url}/v3/clusters/{cluster_id}/topics/{topic}/configs", data
     )
@@ -278,14 +265,14 @@ async def get_config(
 ) -> dict:
     check_cluster(cluster_id, broker.settings)
     info = await broker.topic(topic)
-    configs = info.config.to_mapping()
+    configs = {config.name: config for config in describe_configs(info)}
     if name not in configs:
         raise ApiError(
             404,
             40403,
             f"Topic config '{name}' does not exist; known: {', '.join(sorted(configs))}.",
         )
-    return _config_data(base_url(request, broker.settings), cluster_id, info, name, configs[name])
+    return _config_data(base_url(request, broker.settings), cluster_id, info, configs[name])
 
 
 @router.post(

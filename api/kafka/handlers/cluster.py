@@ -44,7 +44,7 @@ async def metadata(connection: Connection, request, version: int) -> dict:
         described = [await _named_topic(connection, name, request) for name in names]
     return {
         "throttle_time": 0,
-        "brokers": _brokers(connection),
+        "brokers": brokers(connection),
         "cluster_id": connection.settings.cluster_id,
         "controller_id": broker.cluster.node_id,
         "topics": described,
@@ -110,7 +110,8 @@ def topic_uuid(topic: TopicInfo) -> uuid.UUID:
         return uuid.uuid5(uuid.NAMESPACE_URL, f"lakelog:{topic.name}:{topic.topic_id}")
 
 
-def _brokers(connection: Connection) -> list[dict]:
+def brokers(connection: Connection) -> list[dict]:
+    """The live nodes that serve a Kafka listener, as Metadata lists brokers."""
     cluster = connection.broker.cluster
     brokers = []
     for node_id in cluster.live_nodes():

@@ -1,0 +1,201 @@
+"""DescribeConfigs, AlterConfigs, IncrementalAlterConfigs and DescribeCluster.
+
+Topic configs are the catalog's, with their sources as Kafka reports them (a topic's own
+setting, the cluster-wide default, Kafka's default; api/core/topic_configs.py). A broker's
+configs are the cluster-wide topic defaults under Kafka's broker names (log.retention.ms, ...),
+read-only here: they are set per node with LAKELOG_DEFAULT_* at start."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from api.core import topic_configs
+from api.core.errors import InvalidRequest
+from api.core.topic_configs import (
+    DEFAULT_CONFIG,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+)
+from api.kafka.connection import Connection
+from api.kafka.errors import error_code, error_message
+from api.kafka.handlers.cluster import brokers
+from storage_layout.topic_config import BROKER_NAMES, TopicConfig
+
+TOPIC, BROKER = 2, 4  # Kafka's ConfigResource.Type
+SOURCES = {DYNAMIC_TOPIC_CONFIG: 1, DYNAMIC_DEFAULT_BROKER_CONFIG: 3, DEFAULT_CONFIG: 5}
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
+STRING_TYPE = 2  # ConfigType, as Kafka's DescribeConfigs v3+ reports it
+
+
+async def describe_configs(connection: Connection, request, version: int) -> dict:
+    results = [
+        await _describe(connection, resource, request.include_synonyms)
+        for resource in request.resources
+    ]
+    return {"throttle_time": 0, "results": results}
+
+
+async def _describe(connection: Connection, resource, include_synonyms: bool) -> dict:
+    answer = {
+        "resource_type": resource.resource_type,
+        "resource_name": resource.resource_name,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+    }
+    try:
+        if resource.resource_type == TOPIC:
+            configs = await _topic_configs(connection, resource.resource_name, include_synonyms)
+        elif resource.resource_type == BROKER:
+            configs = await _broker_configs(connection)
+        else:
+            raise InvalidRequest(
+                f"Config resources of type {resource.resource_type} do not exist here."
+            )
+    except Exception as error:
+        return answer | {
+            "error_code": error_code(error),
+            "error_message": error_message(error),
+            "configs": [],
+        }
+    wanted = resource.configuration_keys
+    if wanted:
+        configs = [c for c in configs if c["name"] in set(wanted)]
+    return answer | {"configs": configs}
+
+
+async def _topic_configs(connection: Connection, name: str, include_synonyms: bool) -> list[dict]:
+    topic = await connection.broker.topic(name)
+    return [
+        {
+            "name": config.name,
+            "value": config.value,
+            "read_only": False,
+            "config_source": SOURCES[config.source],
+            "is_sensitive": False,
+            "synonyms": [
+                {"name": s.name, "value": s.value, "source": SOURCES[s.source]}
+                for s in config.synonyms
+            ]
+            if include_synonyms
+            else [],
+            "config_type": STRING_TYPE,
+            "documentation": None,
+        }
+        for config in topic_configs.describe_configs(topic)
+    ]
+
+
+async def _broker_configs(connection: Connection) -> list[dict]:
+    defaults = await connection.broker.topic_defaults()
+    builtin = TopicConfig().to_mapping()
+    return [
+        {
+            "name": BROKER_NAMES[name],
+            "value": defaults.get(name, value),
+            "read_only": True,
+            "config_source": SOURCES[
+                DYNAMIC_DEFAULT_BROKER_CONFIG if name in defaults else DEFAULT_CONFIG
+            ],
+            "is_sensitive": False,
+            "synonyms": [],
+            "config_type": STRING_TYPE,
+            "documentation": None,
+        }
+        for name, value in builtin.items()
+    ]
+
+
+async def alter_configs(connection: Connection, request, version: int) -> dict:
+    """The legacy API: the configs given become the topic's whole set (the others reset)."""
+    responses = []
+    for resource in request.resources:
+        given = {c.name: c.value for c in resource.configs}
+        responses.append(
+            await _alter(
+                connection,
+                resource,
+                request.validate_only,
+                lambda current, given=given: _replace(current, given),
+            )
+        )
+    return {"throttle_time": 0, "responses": responses}
+
+
+def _replace(current: dict[str, str], given: dict[str, str | None]) -> dict[str, str | None]:
+    changes: dict[str, str | None] = dict.fromkeys(current)
+    changes.update(given)
+    return changes
+
+
+async def incremental_alter_configs(connection: Connection, request, version: int) -> dict:
+    responses = []
+    for resource in request.resources:
+        entries = list(resource.configs)
+        responses.append(
+            await _alter(
+                connection,
+                resource,
+                request.validate_only,
+                lambda current, entries=entries: _operations(current, entries),
+            )
+        )
+    return {"throttle_time": 0, "responses": responses}
+
+
+def _operations(current: dict[str, str], entries) -> dict[str, str | None]:
+    changes: dict[str, str | None] = {}
+    for entry in entries:
+        if entry.config_operation == SET:
+            changes[entry.name] = entry.value
+        elif entry.config_operation == DELETE:
+            changes[entry.name] = None
+        elif entry.config_operation in (APPEND, SUBTRACT):
+            changes[entry.name] = _list_change(current.get(entry.name, ""), entry)
+        else:
+            raise InvalidRequest(f"Config operation {entry.config_operation} does not exist.")
+    return changes
+
+
+def _list_change(current: str, entry) -> str:
+    """APPEND or SUBTRACT for list configs (cleanup.policy: "delete,compact")."""
+    items = [item for item in current.split(",") if item]
+    given = [item for item in (entry.value or "").split(",") if item]
+    if entry.config_operation == APPEND:
+        items += [item for item in given if item not in items]
+    else:
+        items = [item for item in items if item not in given]
+    return ",".join(items)
+
+
+async def _alter(connection: Connection, resource, validate_only: bool, changes_of) -> dict:
+    answer = {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
+    broker = connection.broker
+    try:
+        if resource.resource_type != TOPIC:
+            raise InvalidRequest(
+                "Only topic configs can be altered (broker defaults: LAKELOG_DEFAULT_*)."
+            )
+        topic = await broker.topic(resource.resource_name)
+        changes = changes_of(dict(topic.overrides))
+        if validate_only:
+            merged = {**topic.overrides, **changes}
+            broker.validate_configs({k: v for k, v in merged.items() if v is not None})
+        else:
+            await broker.alter_topic(resource.resource_name, configs=changes)
+    except Exception as error:
+        return answer | {"error_code": error_code(error), "error_message": error_message(error)}
+    return answer | {"error_code": ErrorCode.none, "error_message": None}
+
+
+async def describe_cluster(connection: Connection, request, version: int) -> dict:
+    described = [
+        {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": None}
+        for b in brokers(connection)
+    ]
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "cluster_id": connection.settings.cluster_id,
+        "controller_id": connection.broker.cluster.node_id,
+        "brokers": described,
+    }

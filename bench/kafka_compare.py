@@ -1,0 +1,689 @@
+"""Kafka wire protocol: lakelog's Kafka listener side by side with Apache Kafka, in one run.
+
+Both servers run on loopback as child processes of this bench: `lakelog serve --kafka-port`
+(scheduled maintenance off, Delta tables on the temp dir's disk) and Apache Kafka 4.1.1 in KRaft
+combined mode (one node, broker and controller; -Xmx1G -Xms1G and the GC flags of
+kafka-server-start.sh), started from Maven Central jars that the bench downloads once with mvn
+into .venv/kafka-4.1.1/libs. The same client (confluent-kafka / librdkafka) sends the same
+records (100-byte values, 8-byte keys, cycled from 10 000 prebuilt random ones) to a fresh
+1-partition topic per case, with the same settings on both sides: acks=all,
+enable.idempotence=false, linger.ms=5, batch.size 1 MB, no compression (see PRODUCER).
+
+Systems: "lakelog" (acknowledges after a durable Delta commit on local disk), "kafka" (Kafka's
+default flushing: the page cache, no fsync per message) and "kafka-fsync" (a topic with
+flush.messages=1: Kafka fsyncs the log after every append).
+
+Cases:
+
+  rounds-100    produce 100 records, flush() (waits for every acknowledgement), repeat for the
+                case's duration: acknowledged records/s.
+  rounds-1000   the same with rounds of 1 000 records.
+  batching      produce continuously and let the client batch (linger.ms=5, batch.size 1 MB, at
+                most QUEUE_MESSAGES_MAX records queued: produce() waits on poll() when full);
+                flush() at the end, whose time counts: acknowledged records/s.
+  latency-1000  produce -> consume at a fixed 1 000 records/s for the case's duration. The
+  latency-10000 producer paces by the clock and stamps time.monotonic_ns() into the first 8 bytes
+                of each value just before produce(); a consumer in another thread of this
+                process, assign()ed to the partition (fetch.min.bytes=1, fetch.wait.max.ms=100:
+                both servers answer a waiting fetch as soon as records arrive), takes the
+                receive time. p50/p99/max in ms, records sent and received. These cases produce
+                with linger.ms=0 (each record is sent at once, as a latency-minded client would;
+                --latency-linger-ms changes it on both sides).
+
+Both servers are warmed up first (a fresh JVM runs interpreted for its first seconds): rounds
+of 100, then client batching, for WARMUP_S each (--quick: less), then the warm-up topic is read
+back; the warm-up is discarded. Cases run back to back per case (lakelog, kafka, kafka-fsync),
+so a burst of load from other processes hits all three alike. Each run is verified: no delivery
+report carries an error, nothing is left unsent, and the partition's high watermark (ListOffsets)
+equals the records acknowledged; latency runs check that every record arrived, in offset order
+with no gap. CPU seconds of this process (the client: Python and librdkafka's threads), of the
+server process and of everything else on the machine are measured per run: on 2 cores the
+Python client can be the bottleneck.
+
+Usage: .venv/bin/python bench/kafka_compare.py [--seconds S] [--quick] [--json PATH]
+           [--skip-kafka] [--latency-linger-ms MS] [--tmp-dir DIR]
+Progress goes to stderr, the results tables to stdout. A full run takes about 4 minutes (and a
+one-off download of ~45 MB of jars), --quick about 1.5 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import itertools
+import json
+import math
+import os
+import random
+import shlex
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import confluent_kafka
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.produce_fetch import CpuMeter, log, machine_info, report_header  # noqa: E402
+from tests.gateway_process import GatewayProcess, free_port, start_gateway  # noqa: E402
+
+KAFKA_VERSION = "4.1.1"
+LOG4J_VERSION = "2.25.5"
+KAFKA_DIR = REPO / ".venv" / f"kafka-{KAFKA_VERSION}"  # pom.xml and libs/ (the jars), reused
+KAFKA_HEAP = "1G"
+# kafka-server-start.sh / kafka-run-class.sh defaults
+KAFKA_JVM_FLAGS = (
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+)
+KAFKA_START_TIMEOUT_S = 90.0
+KAFKA_STOP_TIMEOUT_S = 30.0
+
+VALUE_BYTES = 100
+KEY_BYTES = 8
+DISTINCT_RECORDS = 10_000
+STAMP = struct.Struct(">Q")  # time.monotonic_ns() at produce(), first bytes of a latency value
+QUEUE_MESSAGES_MAX = 100_000  # librdkafka queue.buffering.max.messages, every case
+FLUSH_TIMEOUT_S = 60.0
+TOPIC_TIMEOUT_S = 30.0
+DRAIN_TIMEOUT_S = 15.0  # latency cases: how long to wait for the last records to arrive
+FETCH_WAIT_MAX_MS = 100
+LATENCY_LINGER_MS = 0
+LATENCY_PRIME_RECORDS = 10  # sent (stamp 0) and received before a latency case's clock starts
+LATENCY_RATES = (1_000, 10_000)
+ROUND_SIZES = (100, 1_000)
+DEFAULT_SECONDS = 10.0
+QUICK_SECONDS = 3.0
+WARMUP_S = 5.0  # per warm-up phase and server
+QUICK_WARMUP_S = 1.0
+GOAL_RATIO = 0.5
+GOAL_P99_MS = 20.0
+
+PRODUCER = {
+    "acks": "all",
+    "enable.idempotence": False,
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "batch.num.messages": 10_000,
+    "compression.type": "none",
+    "queue.buffering.max.messages": QUEUE_MESSAGES_MAX,
+    "queue.buffering.max.kbytes": 1_048_576,
+    "message.timeout.ms": 60_000,
+    # Successful deliveries are counted by flush() returning 0 and checked against the high
+    # watermark; a Python callback per record would only add client CPU.
+    "delivery.report.only.error": True,
+}
+CONSUMER = {
+    "enable.auto.commit": False,
+    "auto.offset.reset": "earliest",
+    "fetch.min.bytes": 1,
+    "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+    "enable.partition.eof": False,
+}
+
+SYSTEMS = ("lakelog", "kafka", "kafka-fsync")
+SYSTEM_TITLES = {
+    "lakelog": "lakelog",
+    "kafka": "Kafka",
+    "kafka-fsync": "Kafka flush.messages=1",
+}
+
+
+# ---- results ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Result:
+    system: str  # one of SYSTEMS
+    case: str  # "rounds-100", "rounds-1000", "batching", "latency-1000", "latency-10000"
+    seconds: float  # the timed window (batching: including the final flush)
+    records: int  # acknowledged (throughput) or sent (latency) in the window
+    cpu_client_s: float
+    cpu_server_s: float | None
+    cpu_other_s: float
+    high_watermark: int | None = None
+    received: int | None = None  # latency cases
+    latency_ms_p50: float | None = None
+    latency_ms_p99: float | None = None
+    latency_ms_max: float | None = None
+    error: str | None = None  # what failed; the figures are then not comparable
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds else 0.0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "records_per_s": round(self.records_per_s, 1)}
+
+
+def failed(system: str, case: str, error: BaseException) -> Result:
+    return Result(system, case, 0.0, 0, 0.0, None, 0.0, error=f"{type(error).__name__}: {error}")
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    index = min(len(sorted_values) - 1, max(0, math.ceil(q / 100 * len(sorted_values)) - 1))
+    return sorted_values[index]
+
+
+# ---- records ---------------------------------------------------------------------------------
+
+
+def make_records(seed: int) -> list[tuple[bytes, bytes]]:
+    """(key, value) pairs cycled through by every case, the same for every system."""
+    rng = random.Random(seed)
+    return [(f"k{i:07d}".encode(), rng.randbytes(VALUE_BYTES)) for i in range(DISTINCT_RECORDS)]
+
+
+# ---- Apache Kafka from Maven Central ---------------------------------------------------------
+
+POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>lakelog.bench</groupId>
+  <artifactId>kafka-broker-jars</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_2.13</artifactId>
+      <version>{KAFKA_VERSION}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-core</artifactId>
+      <version>{LOG4J_VERSION}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j-impl</artifactId>
+      <version>{LOG4J_VERSION}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+LOG4J2_PROPERTIES = """status = error
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.stdout.ref = STDOUT
+"""
+
+
+def ensure_kafka_jars(kafka_dir: Path = KAFKA_DIR) -> Path:
+    """The broker's runtime jars in `kafka_dir`/libs, copied there by mvn if not yet complete."""
+    libs, done = kafka_dir / "libs", kafka_dir / "libs.complete"
+    if done.exists():
+        return libs
+    for tool in ("mvn", "java"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"{tool} is not on PATH: it is needed to run Apache Kafka")
+    log(f"downloading Kafka {KAFKA_VERSION} jars from Maven Central into {libs} (once) ...")
+    kafka_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(libs, ignore_errors=True)
+    (kafka_dir / "pom.xml").write_text(POM)
+    command = [
+        "mvn",
+        "-B",
+        "-ntp",
+        "-q",
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={libs}",
+    ]
+    subprocess.run(command, cwd=kafka_dir, check=True, stdout=sys.stderr, timeout=900)
+    jars = list(libs.glob("*.jar"))
+    if not (libs / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
+        raise RuntimeError(f"mvn finished but {libs} has no kafka_2.13-{KAFKA_VERSION}.jar")
+    done.write_text(f"{len(jars)} jars\n")
+    size_mb = sum(jar.stat().st_size for jar in jars) / 1e6
+    log(f"  {len(jars)} jars, {size_mb:.0f} MB")
+    return libs
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when this bench process dies, even by SIGKILL."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+@dataclass
+class KafkaBroker:
+    process: subprocess.Popen
+    bootstrap: str
+    log_path: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(KAFKA_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def kafka_properties(log_dir: Path, port: int, controller_port: int) -> str:
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": 1,
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(log_dir),
+        "num.partitions": 1,
+        "offsets.topic.replication.factor": 1,
+        "transaction.state.log.replication.factor": 1,
+        "transaction.state.log.min.isr": 1,
+        "share.coordinator.state.topic.replication.factor": 1,
+        "share.coordinator.state.topic.min.isr": 1,
+        "default.replication.factor": 1,
+        "group.initial.rebalance.delay.ms": 0,
+        "auto.create.topics.enable": "false",
+    }
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+
+def start_kafka(libs: Path, work_dir: Path) -> KafkaBroker:
+    """Format KRaft storage in `work_dir` and start one combined broker+controller node."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    port, controller_port = free_port(), free_port()
+    while controller_port == port:
+        controller_port = free_port()
+    props = work_dir / "server.properties"
+    props.write_text(kafka_properties(work_dir / "log", port, controller_port))
+    log4j = work_dir / "log4j2.properties"
+    log4j.write_text(LOG4J2_PROPERTIES)
+    java = ["java", f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*"]
+    storage = [*java, "kafka.tools.StorageTool"]
+    cluster_id = subprocess.run(
+        [*storage, "random-uuid"], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()[-1]
+    subprocess.run(
+        [*storage, "format", "-t", cluster_id, "-c", str(props)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    log_path = work_dir / "kafka.log"
+    command = [
+        java[0],
+        f"-Xmx{KAFKA_HEAP}",
+        f"-Xms{KAFKA_HEAP}",
+        *KAFKA_JVM_FLAGS,
+        *java[1:],
+        "kafka.Kafka",
+        str(props),
+    ]
+    with log_path.open("wb") as out:
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        )
+    broker = KafkaBroker(process, f"127.0.0.1:{port}", log_path)
+    try:
+        wait_for_metadata(broker.bootstrap, KAFKA_START_TIMEOUT_S, process)
+    except BaseException:
+        log(f"Kafka log (last lines):\n{broker.log_tail()}")
+        broker.stop()
+        raise
+    return broker
+
+
+def wait_for_metadata(bootstrap: str, timeout_s: float, process: subprocess.Popen) -> None:
+    """Until the port accepts and a Metadata request names a broker."""
+    deadline = time.monotonic() + timeout_s
+    host, port = bootstrap.rsplit(":", 1)
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited early (code {process.returncode})")
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+        except OSError:
+            time.sleep(0.2)
+            continue
+        try:
+            if AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=2).brokers:
+                return
+        except confluent_kafka.KafkaException:
+            time.sleep(0.2)
+    raise RuntimeError(f"no Metadata answer from {bootstrap} within {timeout_s:g}s")
+
+
+# ---- clients ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a case sends its records: a server, and the config of the topics it creates."""
+
+    system: str
+    bootstrap: str
+    pid: int
+    topic_config: dict[str, str] = field(default_factory=dict)
+
+
+class DeliveryErrors:
+    """Error delivery reports and client errors of one producer (all successes go unreported)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: str | None = None
+
+    def on_delivery(self, error, message) -> None:
+        if error is not None:
+            self.count += 1
+            self.first = self.first or f"delivery: {error} (offset {message.offset()})"
+
+    def on_error(self, error) -> None:
+        log(f"  client error: {error}")
+        if error.fatal():
+            self.count += 1
+            self.first = self.first or f"client: {error}"
+
+    def check(self, context: str) -> None:
+        if self.count:
+            raise RuntimeError(f"{context}: {self.count} error reports, first: {self.first}")
+
+
+def new_producer(target: Target, errors: DeliveryErrors, **overrides) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": target.bootstrap,
+            **PRODUCER,
+            **overrides,
+            "on_delivery": errors.on_delivery,
+            "error_cb": errors.on_error,
+        }
+    )
+
+
+def new_consumer(target: Target, topic: str) -> Consumer:
+    return Consumer(
+        {"bootstrap.servers": target.bootstrap, "group.id": f"bench-{topic}", **CONSUMER}
+    )
+
+
+def create_topic(target: Target, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": target.bootstrap})
+    new = NewTopic(topic, num_partitions=1, replication_factor=1, config=target.topic_config)
+    admin.create_topics([new], operation_timeout=TOPIC_TIMEOUT_S)[topic].result(TOPIC_TIMEOUT_S)
+    deadline = time.monotonic() + TOPIC_TIMEOUT_S
+    while time.monotonic() < deadline:  # until Metadata names the partition's leader
+        topics = admin.list_topics(topic, timeout=TOPIC_TIMEOUT_S).topics
+        meta = topics.get(topic)
+        if meta and meta.error is None and 0 in meta.partitions:
+            if meta.partitions[0].leader >= 0 and meta.partitions[0].error is None:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{target.system}: topic {topic} has no leader after {TOPIC_TIMEOUT_S}s")
+
+
+def high_watermark(target: Target, topic: str) -> int:
+    consumer = new_consumer(target, topic)
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TOPIC_TIMEOUT_S)
+    finally:
+        consumer.close()
+    return high
+
+
+def flush(producer: Producer, errors: DeliveryErrors, context: str) -> None:
+    left = producer.flush(FLUSH_TIMEOUT_S)
+    if left:
+        raise RuntimeError(f"{context}: {left} records unacknowledged after {FLUSH_TIMEOUT_S}s")
+    errors.check(context)
+
+
+def verify(target: Target, topic: str, acked: int) -> int:
+    hw = high_watermark(target, topic)
+    if hw != acked:
+        raise AssertionError(f"{target.system} {topic}: high watermark {hw} != {acked} acked")
+    return hw
+
+
+# ---- throughput cases ------------------------------------------------------------------------
+
+
+def bench_rounds(
+    target: Target, topic: str, round_records: int, seconds: float, records: list
+) -> Result:
+    """Rounds of `round_records` produce() calls, each followed by flush()."""
+    case = f"rounds-{round_records}"
+    create_topic(target, topic)
+    errors = DeliveryErrors()
+    producer = new_producer(target, errors)
+    produce = producer.produce
+    cycle = itertools.cycle(records)
+    for key, value in itertools.islice(cycle, round_records):  # untimed: metadata, connection
+        produce(topic, value, key, 0)
+    flush(producer, errors, case)
+    acked = round_records
+    meter = CpuMeter(target.pid)
+    start = time.perf_counter()
+    deadline = start + seconds
+    now = start
+    timed = 0
+    while now < deadline:
+        for key, value in itertools.islice(cycle, round_records):
+            produce(topic, value, key, 0)
+        flush(producer, errors, case)
+        timed += round_records
+        now = time.perf_counter()
+    cpu = meter.stop()
+    acked += timed
+    hw = verify(target, topic, acked)
+    return Result(
+        target.system,
+        case,
+        now - start,
+        timed,
+        cpu["cpu_client_s"],
+        cpu["cpu_gateway_s"],
+        cpu["cpu_other_s"],
+        high_watermark=hw,
+    )
+
+
+def bench_batching(target: Target, topic: str, seconds: float, records: list) -> Result:
+    """produce() without pause for `seconds` (poll() when the queue is full), then flush()."""
+    create_topic(target, topic)
+    errors = DeliveryErrors()
+    producer = new_producer(target, errors)
+    produce, poll = producer.produce, producer.poll
+    produce(topic, records[0][1], records[0][0], 0)  # untimed: metadata, connection
+    flush(producer, errors, "batching")
+    produced = 0
+    meter = CpuMeter(target.pid)
+    start = time.perf_counter()
+    deadline = start + seconds
+    for key, value in itertools.cycle(records):
+        if produced % 1000 == 0:
+            if time.perf_counter() >= deadline:
+                break
+            poll(0)
+        while True:
+            try:
+                produce(topic, value, key, 0)
+                break
+            except BufferError:
+                poll(0.001)
+        produced += 1
+    flush(producer, errors, "batching")
+    elapsed = time.perf_counter() - start
+    cpu = meter.stop()
+    hw = verify(target, topic, produced + 1)
+    return Result(
+        target.system,
+        "batching",
+        elapsed,
+        produced,
+        cpu["cpu_client_s"],
+        cpu["cpu_gateway_s"],
+        cpu["cpu_other_s"],
+        high_watermark=hw,
+    )
+
+
+# ---- produce -> consume latency --------------------------------------------------------------
+
+
+class _Receiver(threading.Thread):
+    """Consumes the partition from offset 0; stamps each record's receive time."""
+
+    def __init__(self, target: Target, topic: str) -> None:
+        super().__init__(name=f"consumer-{topic}", daemon=True)
+        self.consumer = new_consumer(target, topic)
+        self.consumer.assign([TopicPartition(topic, 0, 0)])
+        self.stop = threading.Event()
+        self.latencies_ns: list[int] = []
+        self.primes = 0  # records stamped 0, sent before the clock started
+        self.next_offset = 0
+        self.out_of_order = 0
+        self.error: str | None = None
+
+    @property
+    def received(self) -> int:
+        return self.primes + len(self.latencies_ns)
+
+    def run(self) -> None:
+        consume, now_ns, unpack = self.consumer.consume, time.monotonic_ns, STAMP.unpack_from
+        latencies = self.latencies_ns
+        try:
+            while not self.stop.is_set():
+                messages = consume(1000, 0.05)
+                received_ns = now_ns()
+                for message in messages:
+                    if message.error() is not None:
+                        self.error = self.error or str(message.error())
+                        continue
+                    if message.offset() != self.next_offset:
+                        self.out_of_order += 1
+                    self.next_offset = message.offset() + 1
+                    (sent_ns,) = unpack(message.value())
+                    if sent_ns:
+                        latencies.append(received_ns - sent_ns)
+                    else:
+                        self.primes += 1
+        except Exception as error:  # reported by the main thread
+            self.error = f"{type(error).__name__}: {error}"
+        finally:
+            self.consumer.close()
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def bench_latency(
+    target: Target, topic: str, rate: int, seconds: float, records: list, linger_ms: int
+) -> Result:
+    """Send `rate` records/s for `seconds`, paced by the clock; latency = receive - produce()."""
+    case = f"latency-{rate}"
+    create_topic(target, topic)
+    errors = DeliveryErrors()
+    producer = new_producer(target, errors, **{"linger.ms": linger_ms})
+    receiver = _Receiver(target, topic)
+    receiver.start()
+    try:
+        for key, value in records[:LATENCY_PRIME_RECORDS]:
+            producer.produce(topic, STAMP.pack(0) + value[STAMP.size :], key, 0)
+        flush(producer, errors, case)
+        if not _wait_until(lambda: receiver.primes >= LATENCY_PRIME_RECORDS, TOPIC_TIMEOUT_S):
+            raise RuntimeError(f"{case}: the consumer got {receiver.primes} of the first records")
+        sent = _send_paced(producer, topic, rate, seconds, records, target.pid)
+        flush(producer, errors, case)
+        total = LATENCY_PRIME_RECORDS + sent.count
+        _wait_until(lambda: receiver.received >= total, DRAIN_TIMEOUT_S)
+    finally:
+        receiver.stop.set()
+        receiver.join()
+    if receiver.error:
+        raise RuntimeError(f"{case}: consumer error: {receiver.error}")
+    if receiver.out_of_order:
+        raise AssertionError(f"{case}: {receiver.out_of_order} records out of offset order")
+    hw = verify(target, topic, total)
+    latencies = sorted(ns / 1e6 for ns in receiver.latencies_ns)
+    return Result(
+        target.system,
+        case,
+        sent.seconds,
+        sent.count,
+        sent.cpu["cpu_client_s"],
+        sent.cpu["cpu_gateway_s"],
+        sent.cpu["cpu_other_s"],
+        high_watermark=hw,
+        received=len(latencies),
+        latency_ms_p50=percentile(latencies, 50),
+        latency_ms_p99=percentile(latencies, 99),
+        latency_ms_max=latencies[-1] if latencies else None,
+    )
+
+
+@dataclass(frozen=True)
+class _Sent:
+    count: int
+    seconds: float
+    cpu: dict
+
+
+def _send_paced(
+    producer: Producer, topic: str, rate: int, seconds: float, records: list, server_pid: int
+) -> _Sent:
+    """produce() record i at start + i / rate (a late loop catches up at once), stamped with
+    time.monotonic_ns() just before the call. CPU is measured over this window (this process
+    includes the consumer thread)."""
+    produce, poll, now_ns, pack = producer.produce, producer.poll, time.monotonic_ns, STAMP.pack
+    tails = [(key, value[STAMP.size :]) for key, value in records]
+    meter = CpuMeter(server_pid)
+    start_ns = now_ns()
+    end_ns = start_ns + int(seconds * 1e9)
+    total = int(seconds * rate)
+    sent = 0
+    while sent < total:
+        due = min(total, (now_ns() - start_ns) * rate // 1_000_000_000 + 1)
+        while sent < due:
+            key, tail = tails[sent % len(tails)]
+            produce(topic, pack(now_ns()) + tail, key, 0)
+            sent += 1
+        poll(0)
+        pause_ns = start_ns + sent * 1_000_000_000 // rate - now_ns()
+        if pause_ns > 0:
+            time.sleep(pause_ns / 1e9)
+    elapsed = max(now_ns(), end_ns) - start_ns
+    return _Sent(sent, elapsed / 1e9, meter.stop())
