@@ -221,6 +221,7 @@ def _log_to_stderr(level: str) -> None:
 
 def _serve(args) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
     from api.http import tls
     from api.http.http_protocol import HeadLimits, head_limited_protocol
@@ -228,16 +229,21 @@ def _serve(args) -> int:
     from conf.settings import load_settings
     from storage_layout import store
 
-    settings = load_settings(
-        data_dir=args.data_dir,
-        host=args.host,
-        port=args.port,
-        node_id=args.node_id,
-        advertised_url=args.advertised_url,
-        kafka_port=args.kafka_port,
-        kafka_advertised_address=args.kafka_advertised_address,
-        maintenance=False if args.no_maintenance else None,
-    )
+    try:
+        settings = load_settings(
+            data_dir=args.data_dir,
+            host=args.host,
+            port=args.port,
+            node_id=args.node_id,
+            advertised_url=args.advertised_url,
+            kafka_port=args.kafka_port,
+            kafka_advertised_address=args.kafka_advertised_address,
+            maintenance=False if args.no_maintenance else None,
+        )
+    except ValidationError as error:
+        for problem in error.errors():
+            print(f"lakelog serve: {problem['msg'].removeprefix('Value error, ')}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         store.configure(settings.storage_options)
         store.check_root(settings.data_dir)

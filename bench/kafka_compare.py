@@ -120,6 +120,10 @@ PRODUCER = {
     "acks": "all",
     "enable.idempotence": False,
     "linger.ms": 5,
+    # librdkafka's default is 1 000 000 without idempotence; 5 is the Java client's default. Both
+    # servers answer a connection's requests one at a time, so requests past the cap would only
+    # wait in the socket instead of batching up in the client.
+    "max.in.flight.requests.per.connection": 5,
     "batch.size": 1_000_000,
     "batch.num.messages": 10_000,
     "compression.type": "none",
@@ -687,3 +691,362 @@ def _send_paced(
             time.sleep(pause_ns / 1e9)
     elapsed = max(now_ns(), end_ns) - start_ns
     return _Sent(sent, elapsed / 1e9, meter.stop())
+
+
+# ---- warm-up and the run ---------------------------------------------------------------------
+
+
+def warm_up(target: Target, seconds: float, records: list) -> None:
+    """Rounds of 100, client batching, then the batching topic read back: discarded."""
+    started = time.perf_counter()
+    rounds = bench_rounds(target, "warmup-rounds", 100, seconds, records)
+    batching = bench_batching(target, "warmup-batching", seconds, records)
+    consumer = new_consumer(target, "warmup-batching")
+    consumer.assign([TopicPartition("warmup-batching", 0, 0)])
+    read, deadline = 0, time.monotonic() + max(seconds, 5.0)
+    try:
+        while read < batching.high_watermark and time.monotonic() < deadline:
+            read += sum(1 for m in consumer.consume(1000, 0.1) if m.error() is None)
+    finally:
+        consumer.close()
+    log(
+        f"  warmed up {target.system} in {time.perf_counter() - started:.1f}s: "
+        f"{rounds.records + batching.records:,} records produced "
+        f"({rounds.records_per_s:,.0f}/s in rounds of 100, {batching.records_per_s:,.0f}/s "
+        f"batched), {read:,} read back"
+    )
+
+
+def case_runners(seconds: float, records: list, latency_linger_ms: int) -> dict:
+    """Case name -> function(target, topic) -> Result, in the order they run."""
+    runners: dict[str, Callable[[Target, str], Result]] = {}
+    for size in ROUND_SIZES:
+        runners[f"rounds-{size}"] = lambda t, topic, size=size: bench_rounds(
+            t, topic, size, seconds, records
+        )
+    runners["batching"] = lambda t, topic: bench_batching(t, topic, seconds, records)
+    for rate in LATENCY_RATES:
+        runners[f"latency-{rate}"] = lambda t, topic, rate=rate: bench_latency(
+            t, topic, rate, seconds, records, latency_linger_ms
+        )
+    return runners
+
+
+def describe(result: Result) -> str:
+    if result.error:
+        return f"FAILED: {result.error}"
+    cpu = f"client CPU {result.cpu_client_s:.1f}s"
+    if result.cpu_server_s is not None:
+        cpu += f", server CPU {result.cpu_server_s:.1f}s"
+    if result.received is not None:
+        return (
+            f"p50 {result.latency_ms_p50:.2f} ms, p99 {result.latency_ms_p99:.2f} ms, max "
+            f"{result.latency_ms_max:.1f} ms; {result.received:,} of {result.records:,} "
+            f"received in order; {cpu} (ok)"
+        )
+    return (
+        f"{result.records_per_s:,.0f} records/s ({result.records:,} in {result.seconds:.1f}s); "
+        f"{cpu}; HW {result.high_watermark:,} == acked (ok)"
+    )
+
+
+def run_cases(args, seconds: float, warmup_s: float, tmp_root: Path) -> list[Result]:
+    records = make_records(args.seed)
+    broker: KafkaBroker | None = None
+    gateway: GatewayProcess | None = None
+    results: list[Result] = []
+    try:
+        targets: list[Target] = []
+        if not args.skip_kafka:
+            libs = ensure_kafka_jars()
+            log(f"starting Kafka {KAFKA_VERSION} (KRaft, broker+controller) ...")
+            started = time.perf_counter()
+            broker = start_kafka(libs, tmp_root / "kafka")
+            log(
+                f"  Kafka pid {broker.process.pid} at {broker.bootstrap} "
+                f"(ready in {time.perf_counter() - started:.1f}s)"
+            )
+        log("starting lakelog serve --kafka-port ...")
+        started = time.perf_counter()
+        gateway = start_gateway(tmp_root / "lakelog" / "data", kafka=True)
+        log(
+            f"  lakelog pid {gateway.process.pid} at {gateway.kafka_address} "
+            f"(ready in {time.perf_counter() - started:.1f}s)"
+        )
+        targets.append(Target("lakelog", gateway.kafka_address, gateway.process.pid))
+        if broker is not None:
+            pid = broker.process.pid
+            targets.append(Target("kafka", broker.bootstrap, pid))
+            targets.append(Target("kafka-fsync", broker.bootstrap, pid, {"flush.messages": "1"}))
+        for target in targets[:2]:  # one warm-up per server process
+            log(f"warming up {target.system} ({warmup_s:g}s per phase) ...")
+            warm_up(target, warmup_s, records)
+        for case, runner in case_runners(seconds, records, args.latency_linger_ms).items():
+            if args.cases and case not in args.cases.split(","):
+                continue
+            for target in targets:
+                log(f"{case} on {target.system} ...")
+                try:
+                    result = runner(target, f"{case}-{target.system}")
+                except Exception as error:
+                    result = failed(target.system, case, error)
+                    server_log = gateway.log_text() if target.system == "lakelog" else None
+                    if server_log is None and broker is not None:
+                        server_log = broker.log_tail()
+                    tail = "\n".join((server_log or "").splitlines()[-30:])
+                    log(f"  {target.system} server log (last lines):\n{tail}")
+                results.append(result)
+                log(f"  {describe(result)}")
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        if broker is not None:
+            log("stopping Kafka ...")
+            broker.stop()
+    return results
+
+
+# ---- report ----------------------------------------------------------------------------------
+
+
+def find(results: list[Result], system: str, case: str) -> Result | None:
+    return next((r for r in results if r.system == system and r.case == case), None)
+
+
+def _ratio(lakelog: Result | None, kafka: Result | None) -> float | None:
+    if lakelog is None or kafka is None or lakelog.error or kafka.error:
+        return None
+    return lakelog.records_per_s / kafka.records_per_s if kafka.records_per_s else None
+
+
+def _cell(result: Result | None) -> str:
+    if result is None:
+        return "-"
+    if result.error:
+        return "FAILED"
+    if result.received is None:
+        return f"{result.records_per_s:,.0f}"
+    lost = result.records - result.received
+    figures = (
+        f"{result.latency_ms_p50:.2f} / {result.latency_ms_p99:.2f} / {result.latency_ms_max:.1f}"
+    )
+    return figures + (f" ({lost:,} missing)" if lost else "")
+
+
+def summary_table(results: list[Result], cases: list[str]) -> str:
+    header = (
+        "| case | figure | lakelog | Kafka | Kafka flush.messages=1 | lakelog / Kafka "
+        "| lakelog / Kafka flush.messages=1 |"
+    )
+    lines = [header, "|---|---|---|---|---|---|---|"]
+    for case in cases:
+        row = {system: find(results, system, case) for system in SYSTEMS}
+        latency = case.startswith("latency")
+        figure = "p50 / p99 / max ms" if latency else "acked records/s"
+        ratios = ["-", "-"]
+        if not latency:
+            for i, kafka in enumerate(("kafka", "kafka-fsync")):
+                ratio = _ratio(row["lakelog"], row[kafka])
+                ratios[i] = "-" if ratio is None else f"{ratio:.2f}x"
+        cells = " | ".join(_cell(row[system]) for system in SYSTEMS)
+        lines.append(f"| {case} | {figure} | {cells} | {ratios[0]} | {ratios[1]} |")
+    return "\n".join(lines)
+
+
+def detail_table(results: list[Result]) -> str:
+    header = (
+        "| system | case | records | s | records/s | received | client CPU | server CPU "
+        "| other CPU | high watermark | error |"
+    )
+    lines = [header, "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def share(cpu_s: float | None, seconds: float) -> str:
+        if cpu_s is None or not seconds:
+            return "-"
+        return f"{cpu_s:.1f}s ({100 * cpu_s / seconds:.0f}%)"
+
+    for r in results:
+        received = "-" if r.received is None else f"{r.received:,}"
+        hw = "-" if r.high_watermark is None else f"{r.high_watermark:,}"
+        lines.append(
+            f"| {r.system} | {r.case} | {r.records:,} | {r.seconds:.1f} | {r.records_per_s:,.0f} "
+            f"| {received} | {share(r.cpu_client_s, r.seconds)} "
+            f"| {share(r.cpu_server_s, r.seconds)} | {share(r.cpu_other_s, r.seconds)} | {hw} "
+            f"| {r.error or ''} |"
+        )
+    return "\n".join(lines)
+
+
+def goals(results: list[Result], skip_kafka: bool) -> list[dict]:
+    verdicts = []
+    for case, title in (("rounds-1000", "rounds of 1 000"), ("batching", "client batching")):
+        ratio = _ratio(find(results, "lakelog", case), find(results, "kafka", case))
+        verdicts.append(
+            {
+                "goal": f"{title}: lakelog >= {GOAL_RATIO}x Kafka's throughput",
+                "value": None if ratio is None else round(ratio, 3),
+                "met": None if ratio is None else ratio >= GOAL_RATIO,
+                "why_unknown": "--skip-kafka" if skip_kafka else "a run failed",
+            }
+        )
+    latency = find(results, "lakelog", f"latency-{LATENCY_RATES[0]}")
+    p99 = None
+    if latency is not None and not latency.error and latency.received == latency.records:
+        p99 = latency.latency_ms_p99
+    verdicts.append(
+        {
+            "goal": f"lakelog p99 <= {GOAL_P99_MS:g} ms at {LATENCY_RATES[0]:,} records/s",
+            "value": p99,
+            "met": None if p99 is None else p99 <= GOAL_P99_MS,
+            "why_unknown": "the run failed or lost records",
+        }
+    )
+    return verdicts
+
+
+def goal_lines(verdicts: list[dict]) -> list[str]:
+    lines = []
+    for verdict in verdicts:
+        if verdict["met"] is None:
+            lines.append(f"- {verdict['goal']}: UNKNOWN ({verdict['why_unknown']})")
+            continue
+        value = verdict["value"]
+        shown = f"{value:.2f}x" if "throughput" in verdict["goal"] else f"{value:.2f} ms"
+        lines.append(f"- {verdict['goal']}: {shown}: {'MET' if verdict['met'] else 'NOT MET'}")
+    return lines
+
+
+def filesystem_of(path: Path) -> str:
+    """The type of the file system holding `path` (longest mount point prefix)."""
+    best, fs_type = "", "unknown"
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            mount_point, kind = line.split()[1:3]
+            inside = str(path).startswith(mount_point.rstrip("/") + "/") or mount_point == "/"
+            if inside and len(mount_point) > len(best):
+                best, fs_type = mount_point, kind
+    except OSError:
+        pass
+    return f"{fs_type} ({best})"
+
+
+def java_version() -> str:
+    try:
+        done = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    lines = done.stderr.splitlines()
+    return lines[0] if lines else "unknown"
+
+
+# ---- main ------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--seconds", type=float, help=f"duration of each case (default {DEFAULT_SECONDS:g})"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"smoke run: {QUICK_SECONDS:g}s per case, {QUICK_WARMUP_S:g}s warm-up phases",
+    )
+    parser.add_argument("--json", type=Path, help="also write the raw results to this file")
+    parser.add_argument("--skip-kafka", action="store_true", help="run lakelog only")
+    parser.add_argument(
+        "--latency-linger-ms",
+        type=int,
+        default=LATENCY_LINGER_MS,
+        help=f"producer linger.ms of the latency cases, both sides (default {LATENCY_LINGER_MS})",
+    )
+    parser.add_argument("--cases", help="comma-separated subset of the cases to run (default: all)")
+    parser.add_argument("--tmp-dir", type=Path, help="parent of the temp dir (default: $TMPDIR)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the random values")
+    return parser.parse_args(argv)
+
+
+def _raise_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    seconds = args.seconds or (QUICK_SECONDS if args.quick else DEFAULT_SECONDS)
+    warmup_s = QUICK_WARMUP_S if args.quick else WARMUP_S
+    command = shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv]))
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    tmp_root = Path(tempfile.mkdtemp(prefix="lakelog-kafka-bench-", dir=args.tmp_dir))
+    machine = machine_info(tmp_root, ("confluent-kafka",))
+    settings = {
+        "kafka": "-" if args.skip_kafka else f"Apache Kafka {KAFKA_VERSION} ({java_version()})",
+        "librdkafka": confluent_kafka.libversion()[0],
+        "producer": PRODUCER,
+        "latency_linger_ms": args.latency_linger_ms,
+        "consumer": CONSUMER,
+        "storage": filesystem_of(tmp_root),
+        "seconds_per_case": seconds,
+        "warmup_s_per_phase": warmup_s,
+    }
+    log(f"command: {command}")
+    log(f"machine: {json.dumps(machine)}")
+    log(f"settings: {json.dumps(settings)}")
+    log(f"{seconds:g}s per case; temp dir {tmp_root}")
+    bench_start = time.perf_counter()
+    try:
+        results = run_cases(args, seconds, warmup_s, tmp_root)
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    total_s = time.perf_counter() - bench_start
+    cases = list(case_runners(seconds, [], args.latency_linger_ms))
+    verdicts = goals(results, args.skip_kafka)
+    load_after = [round(x, 2) for x in os.getloadavg()]
+
+    details = (
+        f"{settings['kafka']}, librdkafka {settings['librdkafka']}; storage {settings['storage']}"
+    )
+    for line in report_header(
+        machine,
+        command=command,
+        code_details=details,
+        load_before=load_before,
+        load_after=load_after,
+    ):
+        print(line)
+    print(f"producer (both sides): {json.dumps(PRODUCER)}")
+    print(
+        f"latency cases: linger.ms={args.latency_linger_ms}; consumer: {json.dumps(CONSUMER)}, "
+        "assign()ed to partition 0"
+    )
+    print(f"{seconds:g}s per case, {warmup_s:g}s per warm-up phase; total {total_s:.0f}s")
+    print()
+    print(summary_table(results, cases))
+    print()
+    print("Goals:")
+    for line in goal_lines(verdicts):
+        print(line)
+    print()
+    print(
+        "Per run (CPU: seconds in the window and share of one core; client = this process, "
+        "Python and librdkafka threads; other = every other process on the machine):"
+    )
+    print(detail_table(results))
+    if args.json:
+        payload = {
+            "command": command,
+            "machine": machine,
+            "settings": settings,
+            "total_s": round(total_s, 1),
+            "load_before": load_before,
+            "load_after": load_after,
+            "results": [r.as_dict() for r in results],
+            "goals": verdicts,
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        log(f"wrote {args.json}")
+    return 1 if any(r.error for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from tests.loopback import wait_until_answering
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 QUICKSTART_PORT = 8082  # the README's gateway (make run's default)
+KAFKA_PORT = 9092  # its Kafka listener (make run's default)
 BLOCK_TIMEOUT_S = 240
 _NOTE = re.compile(r"<!-- readme-test: (run|skip)(?::? ?(.*?))? -->")
 _ERROR_CODE = re.compile(r'"error_code"\s*:\s*(\d+)')
@@ -70,6 +72,11 @@ def workdir(tmp_path) -> Path:
     return tmp_path
 
 
+def _tcp_port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
 def _port_free(port: int) -> bool:
     try:
         httpx.get(f"http://127.0.0.1:{port}/", timeout=0.5)
@@ -82,10 +89,19 @@ def _port_free(port: int) -> bool:
 def test_the_readme_runs_as_written(workdir):
     if not _port_free(QUICKSTART_PORT):
         pytest.fail(f"port {QUICKSTART_PORT} (the README's gateway) is taken on this machine")
+    if not _tcp_port_free(KAFKA_PORT):
+        pytest.fail(f"port {KAFKA_PORT} (the README's Kafka listener) is taken on this machine")
     log_path = workdir / "gateway.log"
-    # What `make run` serves once installed.
+    # What `make run` serves once installed (HTTP on 8082, Kafka's protocol on 9092).
     gateway = subprocess.Popen(
-        [str(REPO / ".venv/bin/lakelog"), "serve", "--data-dir", "./data"],
+        [
+            str(REPO / ".venv/bin/lakelog"),
+            "serve",
+            "--data-dir",
+            "./data",
+            "--kafka-port",
+            str(KAFKA_PORT),
+        ],
         cwd=workdir,
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
