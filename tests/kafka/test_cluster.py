@@ -1,0 +1,116 @@
+"""Kafka clients against several gateway nodes on one storage root: Metadata names the live
+nodes and spreads partition leaders over them, clients follow it, a node that does not lead a
+partition refuses a produce with NOT_LEADER_OR_FOLLOWER (so clients refresh, as with Kafka),
+and a killed leader's partitions move to a live node without losing an acknowledged record."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.serial import entity_reader
+
+from api.core.cluster import preferred_node
+from api.kafka.codec import encode_records
+from api.kafka.messages import response_class
+from tests.gateway_process import start_gateway
+from tests.integration.test_cluster import CLUSTER_ENV, stop_nodes
+from tests.kafka.test_clients import consume, produce_all
+from tests.kafka.test_hostile_frames import PRODUCE, _records, connect, read_answer, request_frame
+
+pytestmark = pytest.mark.gateway
+
+PARTITIONS = 6
+NOT_LEADER_OR_FOLLOWER = 6
+
+
+@pytest.fixture
+def two_nodes(tmp_path):
+    nodes = [
+        start_gateway(tmp_path / "data", env={**CLUSTER_ENV, "LAKELOG_NODE_ID": str(n)}, kafka=True)
+        for n in range(2)
+    ]
+    yield nodes
+    stop_nodes(nodes)
+
+
+def spread_name(base: str) -> str:
+    """`base` with a suffix that makes node 0 lead partition 0 and node 1 partition 1."""
+    for suffix in range(1000):
+        name = f"{base}-{suffix}"
+        if [preferred_node([0, 1], name, p) for p in range(2)] == [0, 1]:
+            return name
+    raise AssertionError("no name spreads two partitions")
+
+
+def wait_for_both(admin: AdminClient) -> dict:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        metadata = admin.list_topics(timeout=10)
+        if len(metadata.brokers) == 2:
+            return metadata
+        time.sleep(0.2)
+    raise AssertionError("Metadata never listed both nodes")
+
+
+def test_clients_follow_the_leaders_metadata_names_across_nodes(two_nodes, topic_name):
+    first, second = two_nodes
+    bootstrap = first.kafka_address  # the client learns the other node from Metadata
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wait_for_both(admin)
+    admin.create_topics([NewTopic(topic_name, PARTITIONS, 1)])[topic_name].result(30)
+    leaders = {
+        p.id: p.leader for p in admin.list_topics(timeout=10).topics[topic_name].partitions.values()
+    }
+    # Leaders spread by rendezvous hashing over the live nodes, the rule leadership follows.
+    assert leaders == {p: preferred_node([0, 1], topic_name, p) for p in range(PARTITIONS)}
+
+    records = [{"key": f"k{i}".encode(), "value": f"v{i}".encode()} for i in range(120)]
+    acked = produce_all(bootstrap, topic_name, records)
+    read = consume(second.kafka_address, topic_name, list(range(PARTITIONS)), len(records))
+    assert sorted((m.partition(), m.offset()) for m in acked) == sorted(
+        (m.partition(), m.offset()) for m in read
+    )
+
+    partition, leader = next(iter(leaders.items()))
+    other = second if leader == 0 else first
+    with connect(other.kafka_address) as sock:  # a node that does not lead the partition
+        body = {
+            "acks": -1,
+            "timeout": 5000,
+            "topic_data": [
+                {
+                    "name": topic_name,
+                    "partition_data": [
+                        {"index": partition, "records": encode_records(_records([b"x"]))}
+                    ],
+                }
+            ],
+        }
+        sock.sendall(request_frame(PRODUCE, 9, body))
+        answer = read_answer(sock)
+    response, _ = entity_reader(response_class(PRODUCE, 9))(answer, 5)
+    [result] = response.responses[0].partition_responses
+    assert result.error_code.value == NOT_LEADER_OR_FOLLOWER
+
+
+def test_a_killed_leaders_partitions_move_and_nothing_acknowledged_is_lost(two_nodes, topic_name):
+    first, second = two_nodes
+    admin = AdminClient({"bootstrap.servers": second.kafka_address})
+    wait_for_both(admin)
+    topic_name = spread_name(topic_name)  # node 0, which is killed, leads one partition
+    admin.create_topics([NewTopic(topic_name, 2, 1)])[topic_name].result(30)
+    before = produce_all(second.kafka_address, topic_name, [{"value": b"before"}] * 40)
+    first.process.kill()  # SIGKILL: no clean leave; its lease runs out
+    first.process.wait()
+    after = produce_all(
+        second.kafka_address,
+        topic_name,
+        [{"value": b"after"}] * 40,
+        **{"message.timeout.ms": 60000},
+    )
+    read = consume(second.kafka_address, topic_name, [0, 1], 80)
+    acknowledged = {(m.partition(), m.offset()) for m in before + after}
+    assert {(m.partition(), m.offset()) for m in read} == acknowledged
+    assert len(acknowledged) == 80
