@@ -1,8 +1,9 @@
 """The Spark session lakelog code runs on: the active one (Databricks) or a local one with Delta.
 
 `python -m pipeline.spark` is the install-time warm-up: it builds a local session, which makes
-Spark's package resolution fetch the Delta jars into the Ivy cache, and round-trips a tiny Delta
-table so a broken Java/Spark/Delta pairing fails at install time, not inside a timed test.
+Spark's package resolution fetch the Delta and Kafka connector jars into the Ivy cache, and
+round-trips a tiny Delta table so a broken Java/Spark/Delta pairing fails at install time, not
+inside a timed test.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import sys
 import tempfile
 
+import pyspark
 from delta import configure_spark_with_delta_pip
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
@@ -18,6 +20,10 @@ from pyspark.sql import SparkSession
 from conf.settings import Settings
 from conf.spark_defaults import SESSION_CONFS, SPARK_DEFAULTS
 from storage_layout import store
+
+# Spark's own Kafka source and sink, for the same Spark and Scala versions: `format("kafka")`
+# reads and writes lakelog topics through the gateway's Kafka listener.
+SPARK_KAFKA_PACKAGE = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
 
 
 def build_spark_session(
@@ -69,8 +75,11 @@ def _build_local_session(settings: Settings, app_name: str) -> SparkSession:
     builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
     for key, value in spark_confs(settings).items():
         builder = builder.config(key, value)
-    # Sets spark.jars.packages to io.delta:delta-spark_<spark major.minor>_2.13:<delta-spark>.
-    return configure_spark_with_delta_pip(builder).getOrCreate()
+    # Sets spark.jars.packages to io.delta:delta-spark_<spark major.minor>_2.13:<delta-spark>
+    # and Spark's Kafka connector.
+    return configure_spark_with_delta_pip(
+        builder, extra_packages=[SPARK_KAFKA_PACKAGE]
+    ).getOrCreate()
 
 
 def _use_this_interpreter_for_workers() -> None:
@@ -87,7 +96,7 @@ def _say(message: str) -> None:
 
 def main() -> int:
     """Build a local session, write and read a 3-row Delta table, report the versions."""
-    _say("starting a local Spark session (resolves the Delta jars into the Ivy cache)")
+    _say("starting a local Spark session (resolves the Delta and Kafka jars into the Ivy cache)")
     spark = build_spark_session()
     try:
         version = spark.version
@@ -100,7 +109,7 @@ def main() -> int:
             raise RuntimeError(f"Delta round trip returned {rows} rows instead of 3")
     finally:
         spark.stop()
-    sys.stdout.write(f"spark {version}, delta jars ready\n")
+    sys.stdout.write(f"spark {version}, delta and kafka jars ready\n")
     return 0
 
 

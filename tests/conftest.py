@@ -49,6 +49,14 @@ def create_topic(client: httpx.Client, name: str, partitions: int = 1, **configs
 
 
 @pytest.fixture(scope="session")
+def kafka_gateway(tmp_path_factory) -> GatewayProcess:
+    """A gateway serving the Kafka protocol beside HTTP (tests/kafka, Spark's format("kafka"))."""
+    process = start_gateway(tmp_path_factory.mktemp("kafka") / "data", kafka=True)
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """One moto S3 server for the run, its AWS_* variables set in this process too (as a user
     sets them), so in-process stores and delta-rs reach it. Tests take their own buckets."""

@@ -1,18 +1,9 @@
-"""A gateway process serving the Kafka protocol beside HTTP, for unmodified Kafka clients."""
+"""Fixtures for unmodified Kafka clients against the session's Kafka gateway (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
-
-from tests.gateway_process import GatewayProcess, start_gateway
-
-
-@pytest.fixture(scope="session")
-def kafka_gateway(tmp_path_factory) -> GatewayProcess:
-    process = start_gateway(tmp_path_factory.mktemp("kafka") / "data", kafka=True)
-    yield process
-    process.stop()
 
 
 @pytest.fixture
