@@ -252,9 +252,9 @@ def ensure_kafka_jars(kafka_dir: Path = KAFKA_DIR) -> Path:
     (kafka_dir / "pom.xml").write_text(POM)
     command = [
         "mvn",
-        "-B",
-        "-ntp",
-        "-q",
+        "--batch-mode",
+        "--no-transfer-progress",
+        "-Dstyle.color=never",
         "dependency:copy-dependencies",
         "-DincludeScope=runtime",
         f"-DoutputDirectory={libs}",
@@ -584,28 +584,36 @@ class _Receiver(threading.Thread):
         return self.primes + len(self.latencies_ns)
 
     def run(self) -> None:
-        consume, now_ns, unpack = self.consumer.consume, time.monotonic_ns, STAMP.unpack_from
-        latencies = self.latencies_ns
+        # poll() returns as soon as one record is there; consume(n, timeout) would wait for n
+        # records or the whole timeout, so it only takes what is already queued (timeout 0).
+        poll, consume, now_ns = self.consumer.poll, self.consumer.consume, time.monotonic_ns
         try:
             while not self.stop.is_set():
-                messages = consume(1000, 0.05)
+                first = poll(0.05)
+                if first is None:
+                    continue
+                self._take(first, now_ns())
+                rest = consume(1000, 0)
                 received_ns = now_ns()
-                for message in messages:
-                    if message.error() is not None:
-                        self.error = self.error or str(message.error())
-                        continue
-                    if message.offset() != self.next_offset:
-                        self.out_of_order += 1
-                    self.next_offset = message.offset() + 1
-                    (sent_ns,) = unpack(message.value())
-                    if sent_ns:
-                        latencies.append(received_ns - sent_ns)
-                    else:
-                        self.primes += 1
+                for message in rest:
+                    self._take(message, received_ns)
         except Exception as error:  # reported by the main thread
             self.error = f"{type(error).__name__}: {error}"
         finally:
             self.consumer.close()
+
+    def _take(self, message, received_ns: int) -> None:
+        if message.error() is not None:
+            self.error = self.error or str(message.error())
+            return
+        if message.offset() != self.next_offset:
+            self.out_of_order += 1
+        self.next_offset = message.offset() + 1
+        (sent_ns,) = STAMP.unpack_from(message.value())
+        if sent_ns:
+            self.latencies_ns.append(received_ns - sent_ns)
+        else:
+            self.primes += 1
 
 
 def _wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
