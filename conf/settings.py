@@ -168,11 +168,6 @@ class Settings(BaseSettings):
                 "LAKELOG_CLUSTER_SECRET must have 16+ characters (the same on every node), or "
                 "be unset: nodes with auth on then share a secret made in the store."
             )
-        if self.kafka_port and (self.auth != "none" or self.authorizer != "none"):
-            raise ValueError(
-                "The Kafka listener has no SASL or ACL checks yet: with LAKELOG_AUTH or "
-                "LAKELOG_AUTHORIZER on, leave LAKELOG_KAFKA_PORT unset (0) or it would bypass them."
-            )
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("LAKELOG_TLS_CERT_FILE and LAKELOG_TLS_KEY_FILE go together.")
         if self.tls_client_auth == "required" and (

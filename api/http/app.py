@@ -49,11 +49,12 @@ def create_app(
     settings: Settings | None = None,
     *,
     broker: Broker | None = None,
+    security: SecurityState | None = None,
     services: Sequence[Service] = (),
 ) -> FastAPI:
     settings = settings or load_settings()
     broker = broker or Broker(settings)
-    security = SecurityState(settings)
+    security = security or SecurityState(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from api.core.broker import Broker
+from api.security.errors import AuthorizationFailed
+from api.security.state import ANONYMOUS, SecurityState
 from conf.settings import Settings
 
 
@@ -13,6 +15,27 @@ class Connection:
     """One client connection: the broker core it talks to and who it is."""
 
     broker: Broker
+    security: SecurityState
     settings: Settings
-    peer: str
+    host: str
     client_id: str | None = None
+    principal: str = ANONYMOUS
+    authenticated: bool = False  # by SASL; stays False with authentication off
+    sasl_mechanism: str | None = None
+    close_after_answer: bool = False  # a failed SASL authentication: answer, then hang up
+
+    def permits(self, operation: str, resource_type: str, name: str) -> bool:
+        """Kafka's ACL check of this connection's principal (always true with ACLs off)."""
+        return self.security.allowed(self.principal, self.host, operation, resource_type, name)
+
+    def check(self, operation: str, resource_type: str, name: str) -> None:
+        """Raises AuthorizationFailed (naming the resource type, for the error code) unless
+        the principal may do `operation` on the resource."""
+        if not self.permits(operation, resource_type, name):
+            raise AuthorizationFailed(
+                f"{self.principal} is not authorized to {operation} {resource_type} '{name}'.",
+                resource_type=resource_type,
+            )
+
+    def permits_on_any(self, operation: str, resource_type: str) -> bool:
+        return self.security.allowed_on_any(self.principal, self.host, operation, resource_type)

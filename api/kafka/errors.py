@@ -83,7 +83,17 @@ ERROR_CODES: dict[type[Exception], ErrorCode] = {
 }
 
 
+AUTHORIZATION_CODES = {
+    "topic": ErrorCode.topic_authorization_failed,
+    "group": ErrorCode.group_authorization_failed,
+    "cluster": ErrorCode.cluster_authorization_failed,
+    "transactional_id": ErrorCode.transactional_id_authorization_failed,
+}
+
+
 def error_code(error: BaseException) -> ErrorCode:
+    if isinstance(error, AuthorizationFailed) and error.resource_type in AUTHORIZATION_CODES:
+        return AUTHORIZATION_CODES[error.resource_type]
     for error_type, code in ERROR_CODES.items():
         if isinstance(error, error_type):
             return code

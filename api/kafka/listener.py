@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
 
 from api.core.broker import Broker
@@ -22,11 +23,14 @@ from api.kafka.connection import Connection
 from api.kafka.handlers import APIS
 from api.kafka.handlers.cluster import api_versions_unsupported
 from api.kafka.messages import MalformedRequest
+from api.security.state import SecurityState
 from conf.settings import Settings
 
 log = logging.getLogger("lakelog.kafka")
 
 API_VERSIONS_KEY = 18
+SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
+BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 _SIZE = struct.Struct(">i")
 
 
@@ -37,17 +41,21 @@ class ProtocolViolation(Exception):
 class KafkaListener:
     """Serves the Kafka protocol for one broker core; start() after the broker has started."""
 
-    def __init__(self, broker: Broker, settings: Settings) -> None:
+    def __init__(self, broker: Broker, security: SecurityState, settings: Settings) -> None:
         self._broker = broker
+        self._security = security
         self._settings = settings
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
 
     async def start(self) -> None:
+        settings = self._settings
         self._server = await asyncio.start_server(
-            self._serve, host=self._settings.host, port=self._settings.kafka_port
+            self._serve, host=settings.host, port=settings.kafka_port, ssl=_tls_context(settings)
         )
-        log.info("Kafka listener on %s:%s", self._settings.host, self._settings.kafka_port)
+        log.info(
+            "Kafka listener on %s:%s (%s)", settings.host, settings.kafka_port, _protocol(settings)
+        )
 
     async def close(self) -> None:
         if self._server is not None:
@@ -63,7 +71,8 @@ class KafkaListener:
         task = asyncio.current_task()
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
-        connection = Connection(self._broker, self._settings, str(peer))
+        host = peer[0] if isinstance(peer, tuple) else "*"
+        connection = Connection(self._broker, self._security, self._settings, host)
         try:
             while True:
                 frame = await self._read_frame(reader)
@@ -73,6 +82,8 @@ class KafkaListener:
                 if response is not None:
                     writer.write(response)
                     await writer.drain()
+                if connection.close_after_answer:
+                    return
         except ProtocolViolation as violation:
             log.info("closing Kafka connection from %s: %s", peer, violation)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
@@ -122,6 +133,12 @@ class KafkaListener:
             raise ProtocolViolation(
                 f"{api.name} v{version} is not supported (v{api.min_version}-v{api.max_version})"
             )
+        if self._security.auth_enabled and not connection.authenticated:
+            if api_key not in BEFORE_AUTHENTICATION:
+                raise ProtocolViolation(
+                    f"{api.name} before SASL authentication: this listener needs SASL PLAIN "
+                    f"with an API key (username = key id, password = secret)"
+                )
         try:
             header, request = messages.read_request(frame, api_key, version)
         except MalformedRequest as error:
@@ -131,3 +148,23 @@ class KafkaListener:
         if body is None:
             return None  # acks=0
         return messages.response_frame(api_key, version, correlation_id, body)
+
+
+def _tls_context(settings: Settings) -> ssl.SSLContext | None:
+    """The HTTP listener's TLS settings, for Kafka's SSL / SASL_SSL (None: plaintext)."""
+    if not settings.tls_enabled:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    if settings.tls_client_auth == "required":
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(settings.tls_ca_file)
+    return context
+
+
+def _protocol(settings: Settings) -> str:
+    """Kafka's name for what a client sets as security.protocol to reach this listener."""
+    tls = settings.tls_enabled
+    if settings.auth != "none":
+        return "SASL_SSL" if tls else "SASL_PLAINTEXT"
+    return "SSL" if tls else "PLAINTEXT"

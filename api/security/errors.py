@@ -21,9 +21,14 @@ class AuthenticationFailed(SecurityError):
 
 
 class AuthorizationFailed(SecurityError):
-    """The principal may not do this (no ACL allows it, or one denies it)."""
+    """The principal may not do this (no ACL allows it, or one denies it). `resource_type`
+    ("topic", "group", "cluster", ...) lets a front-end pick its specific code."""
 
     code = "AUTHORIZATION_FAILED"
+
+    def __init__(self, message: str, *, resource_type: str | None = None) -> None:
+        super().__init__(message)
+        self.resource_type = resource_type
 
 
 class QuotaExceeded(SecurityError):

@@ -26,7 +26,16 @@ class Api:
 
 
 def _table() -> dict[int, Api]:
-    from api.kafka.handlers import admin, cluster, configs, fetch, groups, offsets, produce
+    from api.kafka.handlers import (
+        admin,
+        cluster,
+        configs,
+        fetch,
+        groups,
+        offsets,
+        produce,
+        sasl,
+    )
 
     apis = [
         Api(0, "Produce", 3, 11, produce.produce),
@@ -42,12 +51,14 @@ def _table() -> dict[int, Api]:
         Api(14, "SyncGroup", 0, 5, groups.sync_group),
         Api(15, "DescribeGroups", 0, 5, groups.describe_groups),
         Api(16, "ListGroups", 0, 4, groups.list_groups),
+        Api(17, "SaslHandshake", 1, 1, sasl.sasl_handshake),
         Api(18, "ApiVersions", 0, 4, cluster.api_versions),
         Api(19, "CreateTopics", 2, 7, admin.create_topics),
         Api(20, "DeleteTopics", 1, 5, admin.delete_topics),
         Api(22, "InitProducerId", 0, 4, cluster.init_producer_id),
         Api(32, "DescribeConfigs", 1, 4, configs.describe_configs),
         Api(33, "AlterConfigs", 0, 2, configs.alter_configs),
+        Api(36, "SaslAuthenticate", 0, 2, sasl.sasl_authenticate),
         Api(37, "CreatePartitions", 0, 3, admin.create_partitions),
         Api(44, "IncrementalAlterConfigs", 0, 1, configs.incremental_alter_configs),
         Api(60, "DescribeCluster", 0, 1, configs.describe_cluster),

@@ -8,6 +8,7 @@ from kio.schema.errors import ErrorCode
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
 from api.kafka.handlers.cluster import topic_uuid
+from api.security.authorizer import CLUSTER_RESOURCE_NAME
 
 DEFAULT_PARTITIONS = 1  # Kafka's num.partitions
 
@@ -22,6 +23,8 @@ async def _create(connection: Connection, topic, validate_only: bool) -> dict:
     partitions = topic.num_partitions if topic.num_partitions > 0 else DEFAULT_PARTITIONS
     configs = {config.name: config.value for config in topic.configs if config.value is not None}
     try:
+        if not connection.permits("CREATE", "cluster", CLUSTER_RESOURCE_NAME):
+            connection.check("CREATE", "topic", topic.name)
         if validate_only:
             created = await broker.validate_new_topic(topic.name, partitions, configs)
         else:
@@ -49,6 +52,7 @@ async def delete_topics(connection: Connection, request, version: int) -> dict:
     responses = []
     for name in request.topic_names:
         try:
+            connection.check("DELETE", "topic", name)
             await connection.broker.delete_topic(name)
             responses.append({"name": name, "error_code": ErrorCode.none})
         except Exception as error:
@@ -66,6 +70,7 @@ async def create_partitions(connection: Connection, request, version: int) -> di
     results = []
     for topic in request.topics:
         try:
+            connection.check("ALTER", "topic", topic.name)
             if request.validate_only:
                 current = await connection.broker.topic(topic.name)
                 if topic.count <= current.partitions:

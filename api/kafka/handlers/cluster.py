@@ -8,6 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code
+from api.security.authorizer import CLUSTER_RESOURCE_NAME
 from storage_layout.catalog import TopicInfo
 from storage_layout.errors import TopicNotFound
 
@@ -37,9 +38,10 @@ def _versions(code: ErrorCode) -> dict:
 async def metadata(connection: Connection, request, version: int) -> dict:
     broker = connection.broker
     names = _requested_topics(request, version)
-    if names is None:
+    if names is None:  # every topic the principal may see, as Kafka filters its answer
         topics = await broker.list_topics()
-        described = [_topic(connection, topic) for topic in topics]
+        visible = [t for t in topics if connection.permits("DESCRIBE", "topic", t.name)]
+        described = [_topic(connection, topic) for topic in visible]
     else:
         described = [await _named_topic(connection, name, request) for name in names]
     return {
@@ -61,10 +63,12 @@ def _requested_topics(request, version: int) -> list[str] | None:
 async def _named_topic(connection: Connection, name: str, request) -> dict:
     broker = connection.broker
     try:
+        connection.check("DESCRIBE", "topic", name)
         return _topic(connection, await broker.topic(name))
     except TopicNotFound as missing:
         auto = getattr(request, "allow_auto_topic_creation", False)
-        if auto and connection.settings.kafka_auto_create_topics:
+        may_create = connection.permits("CREATE", "cluster", CLUSTER_RESOURCE_NAME)
+        if auto and connection.settings.kafka_auto_create_topics and may_create:
             created = await broker.create_topic(name, partitions=1, configs={})
             return _topic(connection, created)
         return _unknown_topic(name, missing)
@@ -103,6 +107,14 @@ def _topic(connection: Connection, topic: TopicInfo) -> dict:
     }
 
 
+def _check_idempotent_write(connection: Connection) -> None:
+    """Kafka 3+: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic, allows a producer id."""
+    if connection.permits("IDEMPOTENT_WRITE", "cluster", CLUSTER_RESOURCE_NAME):
+        return
+    if not connection.permits_on_any("WRITE", "topic"):
+        connection.check("IDEMPOTENT_WRITE", "cluster", CLUSTER_RESOURCE_NAME)
+
+
 def topic_uuid(topic: TopicInfo) -> uuid.UUID:
     try:
         return uuid.UUID(topic.topic_id)
@@ -125,9 +137,12 @@ def brokers(connection: Connection) -> list[dict]:
 
 async def init_producer_id(connection: Connection, request, version: int) -> dict:
     try:
+        _check_idempotent_write(connection)
         identity = await connection.broker.init_producer(
             request.transactional_id, connection.client_id
         )
+        # Bound to its principal, as over HTTP: another principal cannot write with it.
+        await connection.security.bind_producer(identity.producer_id, connection.principal)
     except Exception as error:
         return {"throttle_time": 0, "error_code": error_code(error), "producer_epoch": -1}
     return {

@@ -19,6 +19,7 @@ from api.core.topic_configs import (
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
 from api.kafka.handlers.cluster import brokers
+from api.security.authorizer import CLUSTER_RESOURCE_NAME
 from storage_layout.topic_config import BROKER_NAMES, TopicConfig
 
 TOPIC, BROKER = 2, 4  # Kafka's ConfigResource.Type
@@ -44,8 +45,10 @@ async def _describe(connection: Connection, resource, include_synonyms: bool) ->
     }
     try:
         if resource.resource_type == TOPIC:
+            connection.check("DESCRIBE_CONFIGS", "topic", resource.resource_name)
             configs = await _topic_configs(connection, resource.resource_name, include_synonyms)
         elif resource.resource_type == BROKER:
+            connection.check("DESCRIBE_CONFIGS", "cluster", CLUSTER_RESOURCE_NAME)
             configs = await _broker_configs(connection)
         else:
             raise InvalidRequest(
@@ -175,6 +178,7 @@ async def _alter(connection: Connection, resource, validate_only: bool, changes_
             raise InvalidRequest(
                 "Only topic configs can be altered (broker defaults: LAKELOG_DEFAULT_*)."
             )
+        connection.check("ALTER_CONFIGS", "topic", resource.resource_name)
         topic = await broker.topic(resource.resource_name)
         changes = changes_of(dict(topic.overrides))
         if validate_only:
@@ -188,6 +192,13 @@ async def _alter(connection: Connection, resource, validate_only: bool, changes_
 
 
 async def describe_cluster(connection: Connection, request, version: int) -> dict:
+    if not connection.permits("DESCRIBE", "cluster", CLUSTER_RESOURCE_NAME):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.cluster_authorization_failed,
+            "cluster_id": connection.settings.cluster_id,
+            "brokers": [],
+        }
     described = [
         {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": None}
         for b in brokers(connection)

@@ -72,6 +72,7 @@ async def _read_all(connection: Connection, wanted: list[_Wanted], total_max: in
 async def _read_one(connection: Connection, item: _Wanted, bytes_max: int) -> dict:
     request = FetchRequest(item.topic, item.partition, item.offset, bytes_max, 0)
     try:
+        connection.check("READ", "topic", item.topic)
         result = await connection.broker.read_now(request)
     except OffsetOutOfRange as error:
         return _error(item, error, error.high_watermark, error.log_start_offset)

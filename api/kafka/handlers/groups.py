@@ -45,6 +45,10 @@ def _coordinator(connection: Connection, key: str, key_type: int) -> dict:
             "error_code": ErrorCode.coordinator_not_available,
             "error_message": message,
         }
+    if not connection.permits("DESCRIBE", "group", key):
+        message = f"{connection.principal} may not DESCRIBE group '{key}'."
+        code = ErrorCode.group_authorization_failed
+        return unknown | {"error_code": code, "error_message": message}
     broker = connection.broker
     node = broker.groups.coordinator_of(key)
     address = broker.cluster.kafka_address(node)
@@ -82,6 +86,7 @@ async def join_group(connection: Connection, request, version: int) -> dict:
         protocol_type=request.protocol_type,
     )
     try:
+        connection.check("READ", "group", request.group_id)
         result = await connection.broker.groups.join(request.group_id, join)
     except Exception as error:
         return {
@@ -126,6 +131,7 @@ def _subscription(request) -> Subscription:
 async def sync_group(connection: Connection, request, version: int) -> dict:
     assignments = {a.member_id: a.assignment for a in request.assignments} or None
     try:
+        connection.check("READ", "group", request.group_id)
         assignment = await connection.broker.groups.sync_client_assigned(
             request.group_id, request.member_id, request.generation_id, assignments
         )
@@ -142,6 +148,7 @@ async def sync_group(connection: Connection, request, version: int) -> dict:
 
 async def heartbeat(connection: Connection, request, version: int) -> dict:
     try:
+        connection.check("READ", "group", request.group_id)
         await connection.broker.groups.heartbeat(
             request.group_id, request.member_id, request.generation_id
         )
@@ -152,6 +159,8 @@ async def heartbeat(connection: Connection, request, version: int) -> dict:
 
 async def leave_group(connection: Connection, request, version: int) -> dict:
     groups = connection.broker.groups
+    if not connection.permits("READ", "group", request.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     if version < 3:
         try:
             await groups.leave(request.group_id, request.member_id)
@@ -201,6 +210,7 @@ async def offset_commit(connection: Connection, request, version: int) -> dict:
     ]
     code = ErrorCode.none
     try:
+        connection.check("READ", "group", request.group_id)
         await _check_topics(connection, commits)
         if commits:
             await connection.broker.groups.commit(
@@ -222,6 +232,7 @@ async def offset_commit(connection: Connection, request, version: int) -> dict:
 
 async def _check_topics(connection: Connection, commits: list[OffsetCommit]) -> None:
     for name in {commit.topic for commit in commits}:
+        connection.check("READ", "topic", name)
         topic = await connection.broker.topic(name)
         for commit in commits:
             if commit.topic == name:
@@ -230,6 +241,7 @@ async def _check_topics(connection: Connection, commits: list[OffsetCommit]) -> 
 
 async def offset_fetch(connection: Connection, request, version: int) -> dict:
     try:
+        connection.check("DESCRIBE", "group", request.group_id)
         stored = await connection.broker.groups.committed(request.group_id)
     except Exception as error:
         return {"throttle_time": 0, "topics": [], "error_code": error_code(error)}
@@ -241,6 +253,8 @@ async def offset_fetch(connection: Connection, request, version: int) -> dict:
         wanted = {t.name: list(t.partition_indexes) for t in request.topics}
     topics = []
     for name, partitions in wanted.items():
+        if not connection.permits("DESCRIBE", "topic", name):
+            continue  # as Kafka: offsets of topics the principal may not see are left out
         entries = []
         for index in partitions:
             committed = stored.get(TopicPartition(name, index))
@@ -266,6 +280,8 @@ async def list_groups(connection: Connection, request, version: int) -> dict:
     for group_id in sorted(set(await groups.stored_groups()) | set(groups.local_groups())):
         if groups.coordinator_of(group_id) != groups.node_id:
             continue  # each coordinator lists its own groups, as Kafka's brokers do
+        if not connection.permits("DESCRIBE", "group", group_id):
+            continue
         try:
             group = await groups.group(group_id)
         except Exception:
@@ -291,6 +307,7 @@ async def describe_groups(connection: Connection, request, version: int) -> dict
 async def _describe(connection: Connection, group_id: str) -> dict:
     groups = connection.broker.groups
     try:
+        connection.check("DESCRIBE", "group", group_id)
         description = await groups.describe(group_id)
         group = await groups.group(group_id)
     except GroupNotFound:

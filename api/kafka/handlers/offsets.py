@@ -28,6 +28,7 @@ async def _one(connection: Connection, topic: str, partition: int, timestamp: in
     broker = connection.broker
     answer = {"partition_index": partition, "error_code": ErrorCode.none}
     try:
+        connection.check("DESCRIBE", "topic", topic)
         if timestamp in (LATEST, EARLIEST):
             bounds = await broker.partition_bounds(topic, partition)
             offset = bounds.high_watermark if timestamp == LATEST else bounds.log_start_offset

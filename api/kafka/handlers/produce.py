@@ -42,6 +42,7 @@ async def produce(connection: Connection, request, version: int) -> dict | None:
 async def _append(connection: Connection, topic_name: str, partition, acks: int) -> dict:
     broker = connection.broker
     try:
+        connection.check("WRITE", "topic", topic_name)
         topic = await broker.topic(topic_name)
         topic.check_partition(partition.index)
         data = partition.records or b""
@@ -52,6 +53,7 @@ async def _append(connection: Connection, topic_name: str, partition, acks: int)
         batch = _one_batch(data)
         producer = None
         if batch.idempotent:
+            await connection.security.check_producer(batch.producer_id, connection.principal)
             producer = ProducerBatch(
                 batch.producer_id, batch.producer_epoch, batch.base_sequence, len(batch.records)
             )
