@@ -152,37 +152,62 @@ def _snappy(body: bytes) -> bytes:
 
 
 def _decode_records(body, count: int, base_timestamp: int) -> tuple[NewRecord, ...]:
+    """The hot path of every produce: one pass over the records. Varints of one or two bytes
+    (lengths below 8 KiB, small deltas) are decoded inline; longer ones by _read_varint."""
     data = bytes(body)
     records, position, end = [], 0, len(data)
     try:
         for _ in range(count):
-            length, position = _read_varint(data, position)
+            length, position = _varint_at(data, position)
             record_end = position + length
             if length < 6 or record_end > end:
                 raise CorruptBatch(f"record length {length} does not fit the batch")
-            position += 1  # attributes: unused in v2
-            timestamp_delta, position = _read_varint(data, position)
-            _offset_delta, position = _read_varint(data, position)
-            key, position = _read_bytes(data, position)
-            value, position = _read_bytes(data, position)
-            header_count, position = _read_varint(data, position)
-            if header_count < 0:
-                raise CorruptBatch(f"record header count {header_count} is negative")
-            headers = []
-            for _ in range(header_count):
-                name, position = _read_bytes(data, position)
-                header_value, position = _read_bytes(data, position)
-                if name is None:
-                    raise CorruptBatch("a record header has a null key")
-                headers.append((name.decode("utf-8", "replace"), header_value))
+            timestamp_delta, position = _varint_at(data, position + 1)  # after attributes
+            _offset_delta, position = _varint_at(data, position)
+            size, position = _varint_at(data, position)
+            key = None if size < 0 else data[position : position + size]
+            position += max(size, 0)
+            size, position = _varint_at(data, position)
+            value = None if size < 0 else data[position : position + size]
+            position += max(size, 0)
+            header_count, position = _varint_at(data, position)
+            headers = ()
+            if header_count:
+                headers, position = _read_headers(data, position, header_count)
             if position != record_end:
                 raise CorruptBatch("a record's fields do not add up to its length")
-            records.append(NewRecord(key, value, base_timestamp + timestamp_delta, tuple(headers)))
+            records.append(NewRecord(key, value, base_timestamp + timestamp_delta, headers))
     except IndexError:
         raise CorruptBatch("the records end before the batch says") from None
     if position != end:
         raise CorruptBatch(f"{end - position} bytes after the last of {count} records")
     return tuple(records)
+
+
+def _varint_at(data: bytes, position: int) -> tuple[int, int]:
+    """A zigzag varint at `position` and the position after it: one- and two-byte ones here,
+    longer ones by _read_varint."""
+    first = data[position]
+    if first < 0x80:
+        return _ZIGZAG[first], position + 1
+    second = data[position + 1]
+    if second < 0x80:
+        raw = (first & 0x7F) | (second << 7)
+        return (raw >> 1) ^ -(raw & 1), position + 2
+    return _read_varint(data, position)
+
+
+def _read_headers(data: bytes, position: int, count: int) -> tuple[tuple, int]:
+    if count < 0:
+        raise CorruptBatch(f"record header count {count} is negative")
+    headers = []
+    for _ in range(count):
+        name, position = _read_bytes(data, position)
+        header_value, position = _read_bytes(data, position)
+        if name is None:
+            raise CorruptBatch("a record header has a null key")
+        headers.append((name.decode("utf-8", "replace"), header_value))
+    return tuple(headers), position
 
 
 def _read_varint(data: bytes, position: int) -> tuple[int, int]:
@@ -308,3 +333,4 @@ def _varint(value: int) -> bytes:
 
 
 _SMALL = [bytes([n]) for n in range(0x80)]
+_ZIGZAG = [(n >> 1) ^ -(n & 1) for n in range(0x80)]  # one-byte zigzag varints, decoded

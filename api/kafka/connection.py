@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from api.core.broker import Broker
 from api.security.errors import AuthorizationFailed
 from api.security.state import ANONYMOUS, SecurityState
 from conf.settings import Settings
+
+
+def _nothing() -> None:
+    pass
 
 
 @dataclass(slots=True)
@@ -23,6 +28,9 @@ class Connection:
     authenticated: bool = False  # by SASL; stays False with authentication off
     sasl_mechanism: str | None = None
     close_after_answer: bool = False  # a failed SASL authentication: answer, then hang up
+    # Lets the connection start its next request: a produce calls it once its records are
+    # queued at their partitions (api/kafka/listener.py keeps a producer's batches in order).
+    admit: Callable[[], None] = _nothing
 
     def permits(self, operation: str, resource_type: str, name: str) -> bool:
         """Kafka's ACL check of this connection's principal (always true with ACLs off)."""

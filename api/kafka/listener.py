@@ -3,10 +3,12 @@
 Framing: a request is an int32 size and that many bytes; a size below 0 or above
 `kafka_request_bytes_max` (Kafka's socket.request.max.bytes) closes the connection unread, and
 so does a frame that does not arrive within `kafka_frame_timeout_ms`. Requests of one
-connection are answered in order, one at a time, as Kafka's broker does (it mutes a connection
-until its response is sent). A request the node cannot parse, of an unknown API or an
-unsupported version, closes the connection (Kafka's behaviour), except ApiVersions, which
-answers UNSUPPORTED_VERSION with the supported ranges so the client can downgrade.
+connection are answered in order; unlike Kafka's broker, which mutes a connection until its
+response is sent, up to IN_FLIGHT_MAX of them run at once, so a client's pipelined produce
+requests join one Delta commit instead of waiting for one commit each. A request the node
+cannot parse, of an unknown API or an unsupported version, closes the connection (Kafka's
+behaviour), except ApiVersions, which answers UNSUPPORTED_VERSION with the supported ranges so
+the client can downgrade.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ log = logging.getLogger("lakelog.kafka")
 API_VERSIONS_KEY = 18
 SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
 BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
+PRODUCE_KEY = 0
+# Requests the next one must wait for: a produce until its records are queued (admitted by the
+# handler), SASL until it is done (the next request depends on who authenticated).
+ORDERED_APIS = frozenset({PRODUCE_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
+IN_FLIGHT_MAX = 32  # requests of one connection started and not yet answered
 _SIZE = struct.Struct(">i")
 
 
@@ -73,30 +80,57 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         host = peer[0] if isinstance(peer, tuple) else "*"
         connection = Connection(self._broker, self._security, self._settings, host)
+        answers: asyncio.Queue = asyncio.Queue(IN_FLIGHT_MAX)
+        sender = asyncio.ensure_future(self._send_in_order(answers, writer, connection, peer))
         try:
-            while True:
-                frame = await self._read_frame(reader)
-                if frame is None:
-                    return
-                response = await self._answer(connection, frame)
-                if response is not None:
-                    writer.write(response)
-                    await writer.drain()
-                if connection.close_after_answer:
-                    return
-        except ProtocolViolation as violation:
-            log.info("closing Kafka connection from %s: %s", peer, violation)
+            await self._read_requests(reader, connection, answers, sender)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the client went away or stalled mid-frame
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a handler's bug must cost this connection, never the node
-            log.exception("Kafka connection from %s failed", peer)
+        except ProtocolViolation as violation:
+            log.info("closing Kafka connection from %s: %s", peer, violation)
         finally:
+            await _finish(answers, sender)
             self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _read_requests(self, reader, connection: Connection, answers, sender) -> None:
+        """Start each request as its frame arrives, without waiting for the answer before: a
+        client's pipelined produce requests then share one group commit. The next request
+        starts only once this one is admitted (a produce: its records are queued at their
+        partitions' writers), so a producer's batches keep their order."""
+        while not sender.done():
+            frame = await self._read_frame(reader)
+            if frame is None:
+                return
+            admitted = asyncio.Event()
+            answer = asyncio.ensure_future(self._answer(connection, frame, admitted))
+            await answers.put(answer)
+            admission = asyncio.ensure_future(admitted.wait())
+            await asyncio.wait({answer, admission}, return_when=asyncio.FIRST_COMPLETED)
+            admission.cancel()
+            if answer.done() and not answer.cancelled() and answer.exception() is not None:
+                return  # the sender reports it and closes the connection
+
+    async def _send_in_order(self, answers, writer, connection: Connection, peer) -> None:
+        """Write the answers in request order, as Kafka's clients require."""
+        while (answer := await answers.get()) is not None:
+            try:
+                response = await answer
+            except ProtocolViolation as violation:
+                log.info("closing Kafka connection from %s: %s", peer, violation)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a handler's bug must cost this connection, never the node
+                log.exception("Kafka connection from %s failed", peer)
+                return
+            if response is not None:
+                writer.write(response)
+                await writer.drain()
+            if connection.close_after_answer:
+                return
 
     async def _read_frame(self, reader: asyncio.StreamReader) -> bytes | None:
         settings = self._settings
@@ -118,7 +152,9 @@ class KafkaListener:
             reader.readexactly(size), settings.kafka_frame_timeout_ms / 1000
         )
 
-    async def _answer(self, connection: Connection, frame: bytes) -> bytes | None:
+    async def _answer(
+        self, connection: Connection, frame: bytes, admitted: asyncio.Event
+    ) -> bytes | None:
         try:
             api_key, version, correlation_id = messages.peek_header(frame)
         except MalformedRequest as error:
@@ -144,6 +180,10 @@ class KafkaListener:
         except MalformedRequest as error:
             raise ProtocolViolation(str(error)) from None
         connection.client_id = header.client_id
+        if api_key in ORDERED_APIS:
+            connection.admit = admitted.set  # the handler admits the next request itself
+        else:
+            admitted.set()
         body = await api.handler(connection, request, version)
         if body is None:
             return None  # acks=0
@@ -168,3 +208,16 @@ def _protocol(settings: Settings) -> str:
     if settings.auth != "none":
         return "SASL_SSL" if tls else "SASL_PLAINTEXT"
     return "SSL" if tls else "PLAINTEXT"
+
+
+async def _finish(answers: asyncio.Queue, sender: asyncio.Future) -> None:
+    """Let the sender write what was started (a client that closed gets nothing), then stop."""
+    if sender.done():
+        while not answers.empty():
+            pending = answers.get_nowait()
+            if pending is not None:
+                pending.cancel()
+        return
+    await answers.put(None)
+    with contextlib.suppress(Exception):
+        await sender

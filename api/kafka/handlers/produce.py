@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
@@ -22,34 +23,46 @@ ACKS_NONE = 0
 
 
 async def produce(connection: Connection, request, version: int) -> dict | None:
-    jobs = [
-        (topic.name, partition.index, _append(connection, topic.name, partition, request.acks))
-        for topic in request.topic_data
-        for partition in topic.partition_data
-    ]
-    outcomes = await asyncio.gather(*(job for _, _, job in jobs))
+    """Queue every partition's batch in request order, admit the connection's next request,
+    then wait for the commits (the next request's batches may join the same commit)."""
+    queued = []
+    for topic in request.topic_data:
+        for partition in topic.partition_data:
+            outcome = await _queue(connection, topic.name, partition)
+            queued.append((topic.name, partition.index, outcome))
+    connection.admit()
     if request.acks == ACKS_NONE:
+        for _, _, outcome in queued:
+            if isinstance(outcome, _Queued):
+                outcome.pending.add_done_callback(_consume_outcome)
         return None
     by_topic: dict[str, list[dict]] = {}
-    for (name, index, _), outcome in zip(jobs, outcomes, strict=True):
-        by_topic.setdefault(name, []).append({"index": index, **outcome})
+    for name, index, outcome in queued:
+        answer = await _outcome(outcome)
+        by_topic.setdefault(name, []).append({"index": index, **answer})
     responses = [
         {"name": name, "partition_responses": partitions} for name, partitions in by_topic.items()
     ]
     return {"responses": responses, "throttle_time": 0}
 
 
-async def _append(connection: Connection, topic_name: str, partition, acks: int) -> dict:
+@dataclass(frozen=True, slots=True)
+class _Queued:
+    pending: asyncio.Future  # resolves to the BatchAck once committed
+    log_append_time: bool
+
+
+async def _queue(connection: Connection, topic_name: str, partition) -> _Queued | Exception:
+    """The batch queued at the partition's writer, or why it was refused (nothing queued)."""
     broker = connection.broker
     try:
         connection.check("WRITE", "topic", topic_name)
         topic = await broker.topic(topic_name)
         topic.check_partition(partition.index)
         data = partition.records or b""
-        if len(data) > topic.config.max_message_bytes:
-            raise RecordTooLarge(
-                index=0, size_bytes=len(data), limit_bytes=topic.config.max_message_bytes
-            )
+        limit = topic.config.max_message_bytes
+        if len(data) > limit:
+            raise RecordTooLarge(index=0, size_bytes=len(data), limit_bytes=limit)
         batch = _one_batch(data)
         producer = None
         if batch.idempotent:
@@ -60,10 +73,16 @@ async def _append(connection: Connection, topic_name: str, partition, acks: int)
         pending = await broker.submit(
             topic_name, partition.index, list(batch.records), producer=producer, forward=False
         )
-        if acks == ACKS_NONE:
-            pending.add_done_callback(_consume_outcome)
-            return {"error_code": ErrorCode.none, "base_offset": -1}
-        ack = await pending
+    except Exception as error:
+        return error
+    return _Queued(pending, topic.config.log_append_time)
+
+
+async def _outcome(outcome: _Queued | Exception) -> dict:
+    try:
+        if isinstance(outcome, Exception):
+            raise outcome
+        ack = await outcome.pending
     except Exception as error:
         return {
             "error_code": error_code(error),
@@ -71,7 +90,7 @@ async def _append(connection: Connection, topic_name: str, partition, acks: int)
             "error_message": error_message(error),
         }
     append_time = None
-    if topic.config.log_append_time:
+    if outcome.log_append_time:
         append_time = datetime.datetime.fromtimestamp(ack.append_time_ms / 1000, datetime.UTC)
     return {
         "error_code": ErrorCode.none,
