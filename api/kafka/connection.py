@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from api.core.broker import Broker
+from api.kafka.fetch_sessions import FetchSessions
 from api.security.errors import AuthorizationFailed
 from api.security.state import ANONYMOUS, SecurityState
 from conf.settings import Settings
@@ -23,6 +24,7 @@ class Connection:
     security: SecurityState
     settings: Settings
     host: str
+    fetch_sessions: FetchSessions
     client_id: str | None = None
     principal: str = ANONYMOUS
     authenticated: bool = False  # by SASL; stays False with authentication off

@@ -22,6 +22,7 @@ import struct
 from api.core.broker import Broker
 from api.kafka import messages
 from api.kafka.connection import Connection
+from api.kafka.fetch_sessions import FetchSessions
 from api.kafka.handlers import APIS
 from api.kafka.handlers.cluster import api_versions_unsupported
 from api.kafka.messages import MalformedRequest
@@ -54,6 +55,7 @@ class KafkaListener:
         self._settings = settings
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
+        self._fetch_sessions = FetchSessions()
 
     async def start(self) -> None:
         settings = self._settings
@@ -79,7 +81,9 @@ class KafkaListener:
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         host = peer[0] if isinstance(peer, tuple) else "*"
-        connection = Connection(self._broker, self._security, self._settings, host)
+        connection = Connection(
+            self._broker, self._security, self._settings, host, self._fetch_sessions
+        )
         answers: asyncio.Queue = asyncio.Queue(IN_FLIGHT_MAX)
         sender = asyncio.ensure_future(self._send_in_order(answers, writer, connection, peer))
         try:

@@ -41,7 +41,7 @@ class Authorizer:
             for b in self._by_type.get(resource_type, ())
             if _principal_matches(b, principal)
             and _host_matches(b, host)
-            and _resource_matches(b, name)
+            and resource_matches(b, name)
         ]
         return _decide(matching, operation)
 
@@ -77,7 +77,8 @@ def _host_matches(binding: AclBinding, host: str) -> bool:
     return binding.host in (WILDCARD, host)
 
 
-def _resource_matches(binding: AclBinding, name: str) -> bool:
+def resource_matches(binding: AclBinding, name: str) -> bool:
+    """The binding's pattern covers the resource `name` (literal, `*` or a prefix)."""
     if binding.pattern_type == "prefixed":
         return name.startswith(binding.resource_name)
     return binding.resource_name in (WILDCARD, name)

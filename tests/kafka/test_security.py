@@ -136,3 +136,47 @@ def test_metadata_shows_only_what_the_principal_may_describe(secured):
         assert (low, high) == (0, 0)
     finally:
         consumer.close()
+
+
+def test_acl_admin_apis_create_describe_and_delete(secured):
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    gateway, tokens = secured
+    admin = AdminClient(sasl(gateway, tokens["admin"]))
+    binding = AclBinding(
+        ResourceType.TOPIC,
+        "bob.",
+        ResourcePatternType.PREFIXED,
+        "User:bob",
+        "*",
+        AclOperation.WRITE,
+        AclPermissionType.ALLOW,
+    )
+    admin.create_acls([binding])[binding].result(30)
+    bob_filter = AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        "User:bob",
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    assert admin.describe_acls(bob_filter).result(30) == [binding]
+    create(gateway, tokens, "bob.events")
+    assert delivery_errors(sasl(gateway, tokens["bob"]), "bob.events") == [None, None, None]
+
+    deleted = admin.delete_acls([bob_filter])[bob_filter].result(30)
+    assert deleted == [binding]
+    assert admin.describe_acls(bob_filter).result(30) == []
+    alice = AdminClient(sasl(gateway, tokens["alice"]))  # no ALTER on the cluster
+    with pytest.raises(Exception) as refused:
+        alice.create_acls([binding])[binding].result(30)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED

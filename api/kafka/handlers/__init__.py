@@ -27,6 +27,7 @@ class Api:
 
 def _table() -> dict[int, Api]:
     from api.kafka.handlers import (
+        acls,
         admin,
         cluster,
         configs,
@@ -56,6 +57,9 @@ def _table() -> dict[int, Api]:
         Api(19, "CreateTopics", 2, 7, admin.create_topics),
         Api(20, "DeleteTopics", 1, 5, admin.delete_topics),
         Api(22, "InitProducerId", 0, 4, cluster.init_producer_id),
+        Api(29, "DescribeAcls", 1, 3, acls.describe_acls),
+        Api(30, "CreateAcls", 1, 3, acls.create_acls),
+        Api(31, "DeleteAcls", 1, 3, acls.delete_acls),
         Api(32, "DescribeConfigs", 1, 4, configs.describe_configs),
         Api(33, "AlterConfigs", 0, 2, configs.alter_configs),
         Api(36, "SaslAuthenticate", 0, 2, sasl.sasl_authenticate),

@@ -3,8 +3,9 @@
 node leads). A node that does not lead a partition serves its committed records from the shared
 table (KIP-392's follower fetching) and answers NOT_LEADER_OR_FOLLOWER only at the head.
 
-Sessions (KIP-227): every answer has session id 0, which tells clients there is no session, so
-each request lists its partitions in full (Kafka's own answer when its session cache is full).
+Sessions (KIP-227, api/kafka/fetch_sessions.py): a client that opens one sends its
+partitions once, then only changes; an incremental answer carries only the partitions with
+records, errors or new bounds.
 `isolation_level` is accepted; with no transactions yet, every record is committed.
 """
 
@@ -19,6 +20,7 @@ from api.core.records import FetchRequest
 from api.kafka.codec import encode_records
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code
+from api.kafka.fetch_sessions import FetchSessionError
 from storage_layout.errors import OffsetOutOfRange
 
 
@@ -31,11 +33,11 @@ class _Wanted:
 
 
 async def fetch(connection: Connection, request, version: int) -> dict:
-    wanted = [
-        _Wanted(topic.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
-        for topic in request.topics
-        for p in topic.partitions
-    ]
+    try:
+        plan = connection.fetch_sessions.plan(request)
+    except FetchSessionError as error:
+        return {"throttle_time": 0, "error_code": error.code, "session_id": 0, "responses": []}
+    wanted = [_Wanted(*item) for item in plan.wanted]
     max_wait_ms = min(_ms(request.max_wait), connection.settings.fetch_timeout_ms_max)
     deadline = time.monotonic() + max_wait_ms / 1000
     keys = [(w.topic, w.partition) for w in wanted]
@@ -46,10 +48,18 @@ async def fetch(connection: Connection, request, version: int) -> dict:
         if size >= max(1, request.min_bytes) or remaining_ms <= 0 or _has_errors(answers):
             break
         await connection.broker.wait_for_commits(events, remaining_ms)
+    session = plan.session
+    if session is not None:
+        by_key = dict(zip(keys, answers, strict=True))
+        if plan.incremental:  # only what changed: records, errors, new bounds
+            by_key = {k: a for k, a in by_key.items() if session.worth_answering(k, a)}
+        connection.fetch_sessions.advance(session, by_key)
+        wanted = [w for w in wanted if (w.topic, w.partition) in by_key]
+        answers = [by_key[(w.topic, w.partition)] for w in wanted]
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
-        "session_id": 0,
+        "session_id": 0 if session is None else session.session_id,
         "responses": _by_topic(wanted, answers),
     }
 
