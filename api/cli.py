@@ -199,7 +199,12 @@ def _add_groups(commands) -> None:
     mode.add_argument("--dry-run", action="store_true", help="only print the new offsets")
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
     reset.set_defaults(handler=_groups_reset)
-    for action in (listing, describe, reset):
+    delete = actions.add_parser(
+        "delete", help="delete a group without members and its committed offsets"
+    )
+    delete.add_argument("--group", required=True)
+    delete.set_defaults(handler=_groups_delete)
+    for action in (listing, describe, reset, delete):
         bootstrap_option(action)
 
 
@@ -597,6 +602,13 @@ def _groups_reset(args) -> int:
         ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
         [(args.group, t, p, offset) for (t, p), offset in sorted(plan.items())],
     )
+    return EXIT_OK
+
+
+def _groups_delete(args) -> int:
+    with gateway_client(args) as client:
+        call(client, "DELETE", f"/groups/{args.group}")
+    print(f"Deletion of requested consumer groups ('{args.group}') was successful.")
     return EXIT_OK
 
 

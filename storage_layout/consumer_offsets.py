@@ -71,6 +71,9 @@ CONSUMER_OFFSETS_SCHEMA = pa.schema(
     ]
 )
 _OFFSET_COLUMNS = ("topic", "partition", "offset", "metadata", "generation", "member_id")
+# A row with this offset deletes the partition's committed offset (Kafka's OffsetDelete and
+# DeleteGroups): the latest row wins, as for any commit (FORMAT.md §11).
+DELETED_OFFSET = -1
 _STATS_COLUMNS = ("group_id", "topic", "partition", "offset", "generation", "commit_sequence")
 
 
@@ -393,16 +396,20 @@ class ConsumerOffsets:
             for topic, partition, offset, metadata, generation, member_id, micros in zip(
                 *(data[name] for name in _OFFSET_COLUMNS), committed_micros, strict=True
             )
+            if offset != DELETED_OFFSET
         }
         return dict(sorted(offsets.items()))
 
     def groups(self) -> list[str]:
-        """Sorted ids of the groups with stored offsets (latest table version)."""
+        """Sorted ids of the groups with stored offsets (latest table version): a group whose
+        every offset was deleted is gone."""
         with self._lock:
             self._refresh()
             files = self._stored_files()
-        ids = self._read_files(files, ["group_id"]).column("group_id")
-        return sorted(pc.unique(ids).to_pylist())
+        columns = ["group_id", "topic", "partition", "offset", "commit_sequence"]
+        rows = _latest_rows(self._read_files(files, columns), ("group_id", "topic", "partition"))
+        live = rows.filter(pc.not_equal(rows.column("offset"), DELETED_OFFSET))
+        return sorted(pc.unique(live.column("group_id")).to_pylist())
 
     def _read_group(
         self, files: Sequence[StoredFile], group_id: str, columns: list[str]
@@ -573,7 +580,7 @@ def _check_commits(commits: Sequence[OffsetCommit]) -> None:
         raise ValueError("an offset commit needs at least one partition")
     seen: set[tuple[str, int]] = set()
     for commit in commits:
-        if commit.offset < 0 or commit.partition < 0:
+        if commit.offset < DELETED_OFFSET or commit.partition < 0:
             raise ValueError(f"negative offset or partition in {commit}")
         if (commit.topic, commit.partition) in seen:
             raise ValueError(f"{commit.topic}/{commit.partition} appears twice in one commit")

@@ -101,6 +101,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/groups/{group}/offsets"): group("DESCRIBE"),
     ("POST", "/groups/{group}/dead-letters"): group("READ", also=_DEAD_LETTER),
     ("GET", "/groups/{group}"): group("DESCRIBE"),
+    ("DELETE", "/groups/{group}"): group("DELETE"),
     # v3 clusters and topics
     ("GET", "/v3/clusters"): AUTHENTICATED,
     ("GET", V3): AUTHENTICATED,

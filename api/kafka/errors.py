@@ -19,6 +19,7 @@ from api.core.errors import (
 from api.core.groups.errors import (
     FencedInstanceId,
     GroupNotFound,
+    GroupSubscribedToTopic,
     IllegalGeneration,
     InconsistentGroupProtocol,
     InvalidGroupRequest,
@@ -75,6 +76,7 @@ ERROR_CODES: dict[type[Exception], ErrorCode] = {
     InconsistentGroupProtocol: ErrorCode.inconsistent_group_protocol,
     NonEmptyGroup: ErrorCode.non_empty_group,
     GroupNotFound: ErrorCode.group_id_not_found,
+    GroupSubscribedToTopic: ErrorCode.group_subscribed_to_topic,
     NotCoordinator: ErrorCode.not_coordinator,
     InvalidGroupRequest: ErrorCode.invalid_request,
     AuthenticationFailed: ErrorCode.sasl_authentication_failed,

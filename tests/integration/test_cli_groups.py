@@ -192,3 +192,13 @@ def test_reset_errors_are_one_line(gateway, client, topic_name):
     usage = reset(gateway, group, "--topic", topic_name, "--execute")
     assert usage.returncode == 2 and "--to-earliest" in usage.stderr
     assert committed(client, group) == {}
+
+
+def test_delete_removes_an_idle_group_and_its_offsets(gateway, client, idle_group):
+    group, _ = idle_group
+    deleted = cli(gateway, "groups", "delete", "--group", group)
+    _assert_ok(deleted)
+    assert f"('{group}') was successful" in deleted.stdout
+    assert committed(client, group) == {}
+    again = cli(gateway, "groups", "delete", "--group", group)
+    _assert_one_line_error(again, "does not exist")

@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.kafka.test_clients import create, produce_all
@@ -196,3 +196,46 @@ def test_kafka_python_group_members_consume_every_record(bootstrap, topic_name):
     committed = sum(consumer.committed(tp) or 0 for tp in consumer.assignment())
     consumer.close()
     assert len(set(seen)) == 50 and committed == 50
+
+
+def test_admin_deletes_offsets_and_groups(bootstrap, http, topic_name):
+    from kafka import TopicPartition as KafkaPythonPartition
+    from kafka.admin import KafkaAdminClient
+
+    create(bootstrap, topic_name, partitions=2)
+    other = f"{topic_name}-other"
+    create(bootstrap, other)
+    produce_all(bootstrap, topic_name, [{"value": b"v"}] * 4)
+    group = f"g-{topic_name}"
+    committer = group_consumer(bootstrap, group)  # a simple consumer: commits, no membership
+    committer.commit(
+        offsets=[TopicPartition(topic_name, 0, 2), TopicPartition(topic_name, 1, 1)],
+        asynchronous=False,
+    )
+    committer.commit(offsets=[TopicPartition(other, 0, 0)], asynchronous=False)
+    committer.close()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    offsets_admin = KafkaAdminClient(bootstrap_servers=bootstrap)  # OffsetDelete: kafka-python's
+
+    deleted = offsets_admin.delete_group_offsets(group, [KafkaPythonPartition(topic_name, 1)])
+    assert [error.__name__ for error in deleted.values()] == ["NoError"]
+    stored = {
+        (o["topic"], o["partition"]) for o in http.get(f"/groups/{group}/offsets").json()["offsets"]
+    }
+    assert stored == {(topic_name, 0), (other, 0)}
+
+    member = group_consumer(bootstrap, group)
+    member.subscribe([topic_name])
+    wait_for_assignment([member], 2)
+    with pytest.raises(Exception) as busy:
+        admin.delete_consumer_groups([group])[group].result(30)
+    assert busy.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
+    refused = offsets_admin.delete_group_offsets(group, [KafkaPythonPartition(topic_name, 0)])
+    assert [error.__name__ for error in refused.values()] == ["GroupSubscribedToTopicError"]
+    member.close()
+    offsets_admin.close()
+
+    admin.delete_consumer_groups([group])[group].result(30)
+    assert http.get(f"/groups/{group}/offsets").json()["offsets"] == []
+    listed = admin.list_consumer_groups().result(timeout=30)
+    assert group not in {g.group_id for g in listed.valid}

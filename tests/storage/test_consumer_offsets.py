@@ -12,6 +12,7 @@ from deltalake import DeltaTable
 from storage_layout import paths
 from storage_layout.consumer_offsets import (
     CONSUMER_OFFSETS_SCHEMA,
+    DELETED_OFFSET,
     GENERATION_NONE,
     CommittedOffset,
     ConsumerOffsets,
@@ -359,12 +360,13 @@ def test_nodes_creating_the_table_at_once_all_open_it(tmp_path):
 
 
 def test_bad_commit_requests_are_refused_before_writing(tmp_path):
-    """No partitions, a negative offset, or one partition twice: nothing is written."""
+    """No partitions, a negative offset (other than -1, the deletion row), or one partition
+    twice: nothing is written."""
     node = ConsumerOffsets(str(tmp_path))
     held = node.take_group("g", 1, expected=None)
     bad = [
         [],
-        [OffsetCommit("t", 0, -1)],
+        [OffsetCommit("t", 0, -2)],
         [OffsetCommit("t", 0, 1), OffsetCommit("t", 0, 2)],
     ]
     for commits in bad:
@@ -417,3 +419,21 @@ def test_batched_commit_of_several_groups_leaves_out_a_taken_one(tmp_path):
     assert DeltaTable(table_uri(tmp_path)).version() == version + 1
     assert offsets_of(other.load("kept")) == {("t", 0): 4}
     assert other.load("lost") == {}
+
+
+def test_a_deleted_offset_is_gone_and_a_group_with_none_left_is_not_listed(tmp_path):
+    """Rows with offset -1 delete (Kafka's OffsetDelete, DeleteGroups): the latest row wins."""
+    node = ConsumerOffsets(str(tmp_path))
+    held = node.take_group("g", 1, expected=None)
+    node.commit(
+        "g", held, [OffsetCommit("t", 0, 5), OffsetCommit("t", 1, 9)], generation=1, member_id="m"
+    )
+    node.commit("g", held, [OffsetCommit("t", 1, DELETED_OFFSET)], generation=-1, member_id=None)
+    assert offsets_of(node.load("g")) == {("t", 0): 5}
+    assert node.groups() == ["g"]
+
+    node.commit("g", held, [OffsetCommit("t", 0, DELETED_OFFSET)], generation=-1, member_id=None)
+    assert node.load("g") == {} and node.groups() == []
+    node.commit("g", held, [OffsetCommit("t", 0, 3)], generation=-1, member_id=None)  # back again
+    assert offsets_of(ConsumerOffsets(str(tmp_path)).load("g")) == {("t", 0): 3}
+    assert node.groups() == ["g"]

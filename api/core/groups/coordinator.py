@@ -29,6 +29,7 @@ from api.core.cluster import preferred_node
 from api.core.groups.consumer_protocol import decode_assignment
 from api.core.groups.errors import (
     GroupNotFound,
+    GroupSubscribedToTopic,
     InvalidGroupRequest,
     NonEmptyGroup,
     NotCoordinator,
@@ -37,6 +38,7 @@ from api.core.groups.errors import (
 )
 from api.core.groups.group import Group, GroupState, JoinRequest, MemberView
 from storage_layout.consumer_offsets import (
+    DELETED_OFFSET,
     CommittedOffset,
     ConsumerOffsets,
     GroupCommit,
@@ -282,6 +284,60 @@ class GroupCoordinator:
         slot = await self._slot(group_id)
         self._check_committer(slot.group, member_id, generation)
 
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, Exception | None]:
+        """Kafka's OffsetDelete: forget the committed offsets of `partitions`, except those of
+        topics the group's members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC each)."""
+        slot = await self._slot(group_id)
+        if slot.group.state == GroupState.EMPTY and not slot.offsets:
+            raise GroupNotFound(group_id)
+        subscribed = _subscribed_topics(slot.group, await self._topics())
+        outcome: dict[TopicPartition, Exception | None] = {}
+        doomed = []
+        for tp in partitions:
+            if tp.topic in subscribed:
+                outcome[tp] = GroupSubscribedToTopic(
+                    f"Group '{group_id}' has active members subscribed to '{tp.topic}'."
+                )
+            else:
+                outcome[tp] = None
+                if tp in slot.offsets:
+                    doomed.append(tp)
+        await self._delete(group_id, doomed)
+        return outcome
+
+    async def delete_group(self, group_id: str) -> None:
+        """Kafka's DeleteGroups: a group without members loses every committed offset.
+
+        Raises:
+            NonEmptyGroup: it has members. GroupNotFound: nothing is stored for it.
+        """
+        slot = await self._slot(group_id)
+        group = slot.group
+        if group.members:
+            raise NonEmptyGroup(
+                f"Group '{group_id}' has {len(group.members)} active member(s): stop them first."
+            )
+        if not slot.offsets:
+            raise GroupNotFound(group_id)
+        await self._delete(group_id, list(slot.offsets))
+        self._slots.pop(group_id, None)
+        group.mark_dead()
+        self._notify(slot)
+
+    async def _delete(self, group_id: str, partitions: list[TopicPartition]) -> None:
+        if not partitions:
+            return
+        deletions = [
+            OffsetCommit(tp.topic, tp.partition, DELETED_OFFSET, None) for tp in partitions
+        ]
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((group_id, _PendingCommit(deletions, None, -1, future)))
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
+        await future
+
     async def committed(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         return dict((await self._slot(group_id)).offsets)
 
@@ -474,10 +530,18 @@ class GroupCoordinator:
             if isinstance(outcome, Exception) or slot is None:
                 continue
             for tp, commit in merged_by_group[group_id].items():
+                if commit.offset == DELETED_OFFSET:
+                    slot.offsets.pop(tp, None)
+                    continue
                 slot.offsets[tp] = CommittedOffset(
                     commit.offset, commit.metadata, commit.generation, commit.member_id, now_ms
                 )
         return results
+
+
+def _subscribed_topics(group: Group, partitions: dict[str, int]) -> set[str]:
+    all_topics = frozenset(partitions)
+    return set().union(*(m.subscription.resolve(all_topics) for m in group.members.values()))
 
 
 def _relevant(group: Group, partitions: dict[str, int]) -> dict[str, int]:

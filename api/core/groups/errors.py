@@ -97,6 +97,12 @@ class ConsumerFormatMismatch(GroupError):
     code = "CONSUMER_FORMAT_MISMATCH"
 
 
+class GroupSubscribedToTopic(GroupError):
+    """Offsets of a topic the group's active members subscribe to cannot be deleted."""
+
+    code = "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
 class RecordNotFound(GroupError):
     """The offset is within the partition's bounds but compaction removed its record."""
 

@@ -152,6 +152,17 @@ async def committed(group: str, request: Request, broker: BrokerDep) -> Response
     return _json({"offsets": offsets})
 
 
+@router.delete(
+    "/{group}",
+    status_code=204,
+    summary="Delete a group without members and its committed offsets (Kafka's DeleteGroups)",
+)
+@served_by_coordinator
+async def delete(group: str, request: Request, broker: BrokerDep) -> Response:
+    await broker.groups.delete_group(group)
+    return Response(status_code=204)
+
+
 @router.get("/{group}", summary="Describe a group")
 @served_by_coordinator
 async def describe(group: str, request: Request, broker: BrokerDep) -> Response:

@@ -64,7 +64,9 @@ def _table() -> dict[int, Api]:
         Api(33, "AlterConfigs", 0, 2, configs.alter_configs),
         Api(36, "SaslAuthenticate", 0, 2, sasl.sasl_authenticate),
         Api(37, "CreatePartitions", 0, 3, admin.create_partitions),
+        Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
         Api(44, "IncrementalAlterConfigs", 0, 1, configs.incremental_alter_configs),
+        Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
         Api(60, "DescribeCluster", 0, 1, configs.describe_cluster),
     ]
     return {api.key: api for api in apis}

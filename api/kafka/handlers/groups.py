@@ -283,6 +283,7 @@ async def list_groups(connection: Connection, request, version: int) -> dict:
         if not connection.permits("DESCRIBE", "group", group_id):
             continue
         try:
+            await groups.describe(group_id)  # GroupNotFound: no members, no offsets (deleted)
             group = await groups.group(group_id)
         except Exception:
             continue
@@ -350,3 +351,41 @@ def _ms(value) -> int:
     if isinstance(value, datetime.timedelta):
         return int(value.total_seconds() * 1000)
     return int(value)
+
+
+async def delete_groups(connection: Connection, request, version: int) -> dict:
+    results = []
+    for group_id in request.groups_names:
+        code = ErrorCode.none
+        try:
+            connection.check("DELETE", "group", group_id)
+            await connection.broker.groups.delete_group(group_id)
+        except Exception as error:
+            code = error_code(error)
+        results.append({"group_id": group_id, "error_code": code})
+    return {"throttle_time": 0, "results": results}
+
+
+async def offset_delete(connection: Connection, request, version: int) -> dict:
+    wanted = [
+        TopicPartition(topic.name, p.partition_index)
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    try:
+        connection.check("DELETE", "group", request.group_id)
+        allowed = [tp for tp in wanted if connection.permits("READ", "topic", tp.topic)]
+        outcome = await connection.broker.groups.delete_offsets(request.group_id, allowed)
+    except Exception as error:
+        return {"throttle_time": 0, "error_code": error_code(error), "topics": []}
+    topics: dict[str, list[dict]] = {}
+    for tp in wanted:
+        if tp not in outcome:
+            code = ErrorCode.topic_authorization_failed
+        else:
+            code = ErrorCode.none if outcome[tp] is None else error_code(outcome[tp])
+        topics.setdefault(tp.topic, []).append(
+            {"partition_index": tp.partition, "error_code": code}
+        )
+    answer = [{"name": name, "partitions": partitions} for name, partitions in topics.items()]
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "topics": answer}
