@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 RETENTION_MS = "retention.ms"
 RETENTION_BYTES = "retention.bytes"
+LOG_START = "log-start-offset"  # below the log start (Kafka's DeleteRecords)
 OPTIMIZE_TARGET_FILE_BYTES = 128 * 1024 * 1024
 # Below it a reader planned on an older version (a stream's split, a gateway's fetch before it
 # reloads) could miss a file that VACUUM deleted under it.
@@ -157,9 +158,13 @@ def plan_retention(
     """
     log = segments(snapshot)
     closed = log[:-1]
-    reasons: list[str] = []
+    # Segments wholly below the log start (moved by DeleteRecords) go first, whatever the
+    # policy, as Kafka deletes segments below its log start offset.
+    reasons: list[str] = [LOG_START] * _below_log_start(closed, snapshot.log_start_offset)
     if _has_policy(config, "delete"):
-        reasons += [RETENTION_MS] * _retention_ms_breached(closed, config.retention_ms, now_ms)
+        reasons += [RETENTION_MS] * _retention_ms_breached(
+            closed[len(reasons) :], config.retention_ms, now_ms
+        )
         size_left_bytes = sum(s.size_bytes for s in log[len(reasons) :])
         breached = _retention_bytes_breached(
             closed[len(reasons) :], size_left_bytes, config.retention_bytes
@@ -172,10 +177,18 @@ def plan_retention(
         table_version=snapshot.table_version,
         segments=deleted,
         reasons=tuple(reasons),
-        new_log_start_offset=kept[0].min_offset if kept else snapshot.high_watermark,
+        # Never below the current start: DeleteRecords may have moved it into a kept segment.
+        new_log_start_offset=max(
+            snapshot.log_start_offset, kept[0].min_offset if kept else snapshot.high_watermark
+        ),
         bytes_removed=sum(s.size_bytes for s in deleted),
         records_removed=sum(s.num_records for s in deleted),
     )
+
+
+def _below_log_start(closed: tuple[Segment, ...], log_start_offset: int) -> int:
+    """How many of the oldest closed segments hold only offsets below the log start."""
+    return sum(1 for _ in takewhile(lambda s: s.max_offset < log_start_offset, closed))
 
 
 def _retention_ms_breached(closed: tuple[Segment, ...], retention_ms: int, now_ms: int) -> int:

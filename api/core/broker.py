@@ -59,6 +59,8 @@ from storage_layout.topic_config import (
 from storage_layout.topic_defaults import read_topic_defaults, write_topic_defaults
 
 EXECUTOR_THREADS = 8
+DELETE_TO_HIGH_WATERMARK = -1  # Kafka's DeleteRecords offset for "everything so far"
+CATCH_UP_WAIT_S = 5.0
 
 log = logging.getLogger("lakelog.broker")
 
@@ -340,6 +342,28 @@ class Broker:
         writer = await self.leaders.writer(topic_name, partition)
         writer.notice_foreign_commits()  # the next answer includes other writers' appends
         return writer.log.bounds()
+
+    async def delete_records(self, topic_name: str, partition: int, offset: int) -> int:
+        """Kafka's DeleteRecords on the partition's leader: the log starts at `offset` (-1:
+        the high watermark) once this returns; returns the new log start.
+
+        Raises:
+            NotLeader: another node leads the partition.
+            OffsetOutOfRange: `offset` is above the high watermark.
+        """
+        (await self.topic(topic_name)).check_partition(partition)
+        writer = await self.leaders.writer(topic_name, partition)
+        if offset == DELETE_TO_HIGH_WATERMARK:
+            offset = writer.log.bounds().high_watermark
+        elif offset < 0:
+            raise InvalidRequest(f"Offset {offset} is negative: give one, or -1 for the end.")
+        uri = paths.partition_table_uri(self.root, topic_name, partition)
+        start = await self._blocking(_advance_log_start, uri, offset)
+        writer.request_catch_up()  # this node's readers see the new start before the answer
+        deadline = time.monotonic() + CATCH_UP_WAIT_S
+        while writer.log.bounds().log_start_offset < start and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return start
 
     async def offset_for_timestamp(
         self, topic_name: str, partition: int, timestamp_ms: int
@@ -646,6 +670,11 @@ class Broker:
             records_max=self.settings.fetch_records_max,
             bytes_max=request.bytes_max,
         )
+
+
+def _advance_log_start(uri: str, offset: int) -> int:
+    """DeleteRecords' commit, on a log of its own: the writer's stays with its task."""
+    return DeltaPartitionLog.open(uri, tail_records_max=0).advance_log_start(offset)
 
 
 def _consume_outcome(future: asyncio.Future) -> None:

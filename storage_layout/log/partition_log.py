@@ -25,6 +25,7 @@ from storage_layout import log_commit
 from storage_layout.errors import (
     AppendConflict,
     LeadershipConflict,
+    OffsetOutOfRange,
     StorageError,
     StorageUnavailable,
 )
@@ -73,6 +74,7 @@ from storage_layout.topic_config import TopicConfig
 APPEND_ATTEMPTS_MAX = 3
 APPEND_ONCE_ATTEMPTS_MAX = 20
 LEADERSHIP_ATTEMPTS_MAX = 5
+LOG_START_ATTEMPTS_MAX = 5  # DeleteRecords commits racing retention's log-start commits
 # A commit steps over at most this many file rearrangements (small-file merges) committed
 # between its snapshot and its version; past that it reloads.
 REARRANGEMENT_STEPS_MAX = 100
@@ -685,6 +687,32 @@ class DeltaPartitionLog:
         return True
 
     # ---- maintenance (retention, key compaction, file optimization) -------------------------
+
+    def advance_log_start(self, offset: int) -> int:
+        """Kafka's DeleteRecords: move the log start to `offset` (at most the high watermark)
+        with a commit of the `log_start` txn alone; records below it are no longer read, and
+        retention removes the segments wholly below it. A start already past it stays.
+
+        Returns:
+            The log start afterwards.
+
+        Raises:
+            OffsetOutOfRange: `offset` is above the high watermark.
+            AppendConflict: other `log_start` commits kept winning (retry later).
+        """
+        for _ in range(LOG_START_ATTEMPTS_MAX):
+            bounds = self.bounds()
+            if offset > bounds.high_watermark:
+                raise OffsetOutOfRange(offset, bounds.log_start_offset, bounds.high_watermark)
+            if offset <= bounds.log_start_offset:
+                return bounds.log_start_offset
+            start = AppTransaction(LOG_START_APP_ID, offset)
+            if self.commit_maintenance(
+                removes=(), operation="DELETE RECORDS", data_change=False, transactions=[start]
+            ):
+                return offset
+            self.reload()
+        raise AppendConflict(f"The log start of {self.table_uri} kept moving; retry.")
 
     def commit_maintenance(
         self,

@@ -84,13 +84,13 @@ class LogSnapshot:
 
     @property
     def log_start_offset(self) -> int:
-        """Where the log starts: retention's `log_start` txn if any, else the first offset
-        still stored; the high watermark when nothing is stored. Offsets between it and the
-        first stored offset were compacted away: reads skip them (Kafka's gaps)."""
-        stored = self.files[0].min_offset if self.files else self.high_watermark
-        if self.start_offset is None:
-            return stored
-        return min(self.start_offset, stored)
+        """Where the log starts: the `log_start` txn if any (set by retention, and by Kafka's
+        DeleteRecords, which may move it past stored records), else the first offset still
+        stored; the high watermark when nothing is stored. Offsets between it and the first
+        stored offset were compacted away: reads skip them (Kafka's gaps)."""
+        if self.start_offset is not None:
+            return self.start_offset
+        return self.files[0].min_offset if self.files else self.high_watermark
 
     @property
     def active_segment(self) -> int | None:

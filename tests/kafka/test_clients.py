@@ -33,9 +33,14 @@ def produce_all(bootstrap: str, topic: str, records: list[dict], **config) -> li
     return [message for _, message in reports]
 
 
-def consume(bootstrap: str, topic: str, partitions: list[int], count: int) -> list:
+def consume(bootstrap: str, topic: str, partitions: list[int], count: int, **config) -> list:
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}", "enable.auto.commit": False}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{topic}",
+            "enable.auto.commit": False,
+            **config,
+        }
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     messages, deadline = [], time.monotonic() + POLL_DEADLINE_S
@@ -225,3 +230,18 @@ def test_admin_describes_and_alters_topic_configs(bootstrap, topic_name):
     assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
     cluster = admin.describe_cluster().result(30)
     assert cluster.cluster_id == "lakelog" and len(cluster.nodes) == 1
+
+
+def test_delete_records_moves_the_log_start_for_every_reader(bootstrap, http, topic_name):
+    create(bootstrap, topic_name)
+    produce_all(bootstrap, topic_name, [{"value": f"v{i}".encode()} for i in range(10)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    [future] = admin.delete_records([TopicPartition(topic_name, 0, 6)]).values()
+    assert future.result(30).low_watermark == 6
+    offsets = http.get(f"/topics/{topic_name}/partitions/0/offsets").json()
+    assert (offsets["beginning_offset"], offsets["end_offset"]) == (6, 10)
+    # Asks for offset 0, gets OFFSET_OUT_OF_RANGE, resets to the log start.
+    read = consume(bootstrap, topic_name, [0], 4, **{"auto.offset.reset": "earliest"})
+    assert [m.offset() for m in read] == [6, 7, 8, 9]
+    below = http.get(f"/topics/{topic_name}/partitions/0/records", params={"offset": 2})
+    assert below.status_code == 416

@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from jobs.plans import (
+    LOG_START,
     RETENTION_BYTES,
     RETENTION_MS,
     VACUUM_RETENTION_MS_MIN,
@@ -401,3 +402,13 @@ def test_describe_compaction_optimize_and_vacuum():
     assert describe(vacuum) == ["/data/t: list files removed from the table more than 1 h ago"]
     with pytest.raises(TypeError):
         describe(object())
+
+
+def test_segments_below_a_moved_log_start_go_and_the_start_never_moves_back():
+    """DeleteRecords moved the log start to 150: segment 0 lies wholly below it (deleted under
+    any policy, even compact), segment 100 straddles it (kept), and the new start stays 150."""
+    moved = dataclasses.replace(four_segments(timestamps_ms=(NEW_MS,) * 4), start_offset=150)
+    plan = retention(moved, cleanup_policy="compact")
+    assert bases(plan) == [0]
+    assert plan.reasons == (LOG_START,)
+    assert plan.new_log_start_offset == 150

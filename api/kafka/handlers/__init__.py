@@ -56,6 +56,7 @@ def _table() -> dict[int, Api]:
         Api(18, "ApiVersions", 0, 4, cluster.api_versions),
         Api(19, "CreateTopics", 2, 7, admin.create_topics),
         Api(20, "DeleteTopics", 1, 5, admin.delete_topics),
+        Api(21, "DeleteRecords", 0, 2, admin.delete_records),
         Api(22, "InitProducerId", 0, 4, cluster.init_producer_id),
         Api(29, "DescribeAcls", 1, 3, acls.describe_acls),
         Api(30, "CreateAcls", 1, 3, acls.create_acls),

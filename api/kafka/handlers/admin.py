@@ -88,3 +88,21 @@ async def create_partitions(connection: Connection, request, version: int) -> di
                 }
             )
     return {"throttle_time": 0, "results": results}
+
+
+async def delete_records(connection: Connection, request, version: int) -> dict:
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for partition in topic.partitions:
+            answer = {"partition_index": partition.partition_index}
+            try:
+                connection.check("DELETE", "topic", topic.name)
+                start = await connection.broker.delete_records(
+                    topic.name, partition.partition_index, partition.offset
+                )
+                partitions.append(answer | {"low_watermark": start, "error_code": ErrorCode.none})
+            except Exception as error:
+                partitions.append(answer | {"low_watermark": -1, "error_code": error_code(error)})
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}

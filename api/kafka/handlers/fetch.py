@@ -125,7 +125,7 @@ def _error(item: _Wanted, error: Exception, high_watermark: int, log_start: int)
         "last_stable_offset": high_watermark,
         "log_start_offset": log_start,
         "aborted_transactions": None,
-        "records": None,
+        "records": b"",  # empty, never null: librdkafka refuses a null record set
     }
 
 
