@@ -94,6 +94,15 @@ class CorruptPartition(StorageError):
     code = "CORRUPT_PARTITION"
 
 
+class PartitionTableMissing(CorruptPartition):
+    """The partition's table does not exist: its topic is being created (the catalog names a
+    topic before its tables are made) or deleted. Retriable: a moment later it is there, or
+    the topic is gone."""
+
+    code = "PARTITION_TABLE_MISSING"
+    retriable = True
+
+
 class StorageUnavailable(StorageError):
     """The storage root could not be read or written (I/O error, full disk, permissions)."""
 

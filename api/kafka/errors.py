@@ -39,6 +39,7 @@ from storage_layout.errors import (
     OffsetOutOfRange,
     OutOfOrderSequence,
     PartitionNotFound,
+    PartitionTableMissing,
     ProducerFenced,
     StorageUnavailable,
     TopicExists,
@@ -51,6 +52,7 @@ log = logging.getLogger("lakelog.kafka")
 ERROR_CODES: dict[type[Exception], ErrorCode] = {
     TopicNotFound: ErrorCode.unknown_topic_or_partition,
     PartitionNotFound: ErrorCode.unknown_topic_or_partition,
+    PartitionTableMissing: ErrorCode.leader_not_available,  # a topic being created (retriable)
     NotLeader: ErrorCode.not_leader_or_follower,
     BrokerShuttingDown: ErrorCode.not_leader_or_follower,
     AppendConflict: ErrorCode.not_leader_or_follower,

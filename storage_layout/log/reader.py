@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from storage_layout import log_commit
-from storage_layout.errors import CorruptPartition, StorageUnavailable
+from storage_layout.errors import CorruptPartition, PartitionTableMissing, StorageUnavailable
 from storage_layout.log import housekeeping
 from storage_layout.log.replay import (
     TableMissing,
@@ -67,7 +67,7 @@ def _read_explained(table_uri: str, log: Store) -> TableState:
     try:
         return read_state(log, table_uri)
     except TableMissing as error:
-        raise CorruptPartition(str(error)) from error
+        raise PartitionTableMissing(str(error)) from error
     except UnreadableLog as error:
         unreadable = error
     # delta-rs explains a damaged checkpoint (and drops a hint naming a missing one); if it
@@ -75,7 +75,7 @@ def _read_explained(table_uri: str, log: Store) -> TableState:
     try:
         load_table_explained(table_uri, without_files=True)
     except TableNotFoundError as error:
-        raise CorruptPartition(f"No Delta table at {table_uri}: {error}") from error
+        raise PartitionTableMissing(f"No Delta table at {table_uri}: {error}") from error
     except DeltaError as error:
         raise CorruptPartition(f"{table_uri}: {error}") from error
     try:

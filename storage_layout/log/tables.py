@@ -7,7 +7,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from storage_layout import log_commit, paths
-from storage_layout.errors import CorruptPartition, StorageUnavailable
+from storage_layout.errors import CorruptPartition, PartitionTableMissing, StorageUnavailable
 from storage_layout.schema import PARTITION_COLUMN, PARTITION_SCHEMA
 from storage_layout.store import Store, delta_storage_options, open_store
 
@@ -118,7 +118,7 @@ def load_table(table_uri: str) -> DeltaTable:
     try:
         return load_table_explained(table_uri, without_files=True)
     except TableNotFoundError as error:
-        raise CorruptPartition(f"No Delta table at {table_uri}: {error}") from error
+        raise PartitionTableMissing(f"No Delta table at {table_uri}: {error}") from error
 
 
 def create_table(table_uri: str) -> None:
