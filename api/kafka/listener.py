@@ -86,14 +86,20 @@ class KafkaListener:
         )
         answers: asyncio.Queue = asyncio.Queue(IN_FLIGHT_MAX)
         sender = asyncio.ensure_future(self._send_in_order(answers, writer, connection, peer))
+        closing = False
         try:
             await self._read_requests(reader, connection, answers, sender)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the client went away or stalled mid-frame
         except ProtocolViolation as violation:
             log.info("closing Kafka connection from %s: %s", peer, violation)
+        except asyncio.CancelledError:
+            closing = True  # the listener is closing: drop what is in flight, quietly
         finally:
-            await _finish(answers, sender)
+            if closing:
+                _abandon(answers, sender)
+            else:
+                await _finish(answers, sender)
             self._connections.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
@@ -214,13 +220,18 @@ def _protocol(settings: Settings) -> str:
     return "SSL" if tls else "PLAINTEXT"
 
 
+def _abandon(answers: asyncio.Queue, sender: asyncio.Future) -> None:
+    sender.cancel()
+    while not answers.empty():
+        pending = answers.get_nowait()
+        if pending is not None:
+            pending.cancel()
+
+
 async def _finish(answers: asyncio.Queue, sender: asyncio.Future) -> None:
     """Let the sender write what was started (a client that closed gets nothing), then stop."""
     if sender.done():
-        while not answers.empty():
-            pending = answers.get_nowait()
-            if pending is not None:
-                pending.cancel()
+        _abandon(answers, sender)
         return
     await answers.put(None)
     with contextlib.suppress(Exception):

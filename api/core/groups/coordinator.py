@@ -176,8 +176,11 @@ class GroupCoordinator:
         deadline_s = self._clock() + request.rebalance_timeout_ms / 1000 + 1.0
         while group.state == GroupState.PREPARING_REBALANCE and self._clock() < deadline_s:
             if group.ready_to_complete():
+                # Not `break`: while _complete awaited, another member's join may have started
+                # a new rebalance; this member waits for that one too (franz-go's static
+                # cooperative-sticky test got REBALANCE_IN_PROGRESS from a join otherwise).
                 await self._complete(group_id, slot)
-                break
+                continue
             await self._wait(slot, min(TICK_S, deadline_s - self._clock()))
         if member.member_id not in group.members:
             raise UnknownMemberId(f"Member {member.member_id} was removed during the rebalance.")

@@ -40,11 +40,10 @@ async def find_coordinator(connection: Connection, request, version: int) -> dic
 def _coordinator(connection: Connection, key: str, key_type: int) -> dict:
     unknown = {"node_id": -1, "host": "", "port": -1}
     if key_type != GROUP_KEY:
-        message = "Transactions are not served yet (issue 16)."
-        return unknown | {
-            "error_code": ErrorCode.coordinator_not_available,
-            "error_message": message,
-        }
+        # Not COORDINATOR_NOT_AVAILABLE: clients retry that for ever (franz-go did); this
+        # refusal ends a transactional producer's start with a message that says why.
+        message = "Transactions are not served yet (lakelog issue 16)."
+        return unknown | {"error_code": ErrorCode.invalid_request, "error_message": message}
     if not connection.permits("DESCRIBE", "group", key):
         message = f"{connection.principal} may not DESCRIBE group '{key}'."
         code = ErrorCode.group_authorization_failed
