@@ -56,6 +56,7 @@ chaos: install
 	$(BIN)/python -m chaos run T3 --seed $(CHAOS_SEED) --ops 5000 --duration-s 300
 	$(BIN)/python -m chaos run T3g --seed $(CHAOS_SEED) --ops 3000 --duration-s 300
 	$(BIN)/python -m chaos run T4 --seed $(CHAOS_SEED) --ops 3000 --duration-s 300
+	$(BIN)/python -m chaos run TK --seed $(CHAOS_SEED) --ops 20000 --duration-s 300
 	CHAOS_LONG=1 $(BIN)/pytest -q -p no:cacheprovider tests/reliability/test_fuzz.py
 
 clean:

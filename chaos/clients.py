@@ -6,6 +6,7 @@
 - `AssignPoller`: stateless fetches from positions it keeps itself (Kafka's assign mode).
 - `GroupMember`: a native group API member: join, fetch from the committed offset, process,
   commit; the nemesis can make it die at a chosen point, e.g. between process and commit.
+- `KafkaIdempotentProducer`: librdkafka's idempotent producer over the Kafka protocol (TK).
 
 Clients are single-threaded each (one per thread) and follow the gateway across restarts
 through a shared `Endpoint`.
@@ -459,3 +460,53 @@ class GroupMember:
         kind = INFO if answer.status_code >= 500 else FAIL
         self.recorder.complete(kind, op_id, self.name, replace(op, error=error))
         return False
+
+
+class KafkaIdempotentProducer:
+    """librdkafka's idempotent producer (confluent-kafka) through the gateway's Kafka listener:
+    one record at a time, each a recorded send. librdkafka keeps the producer id, epoch and
+    sequences itself and retries across gateway restarts; a record it reports delivered is
+    `ok` at its offset, one it gives up on (or the deadline passes) is `info`, since it may
+    have been written."""
+
+    def __init__(self, name: str, bootstrap: str, recorder: Recorder, topic: str) -> None:
+        from confluent_kafka import Producer  # only the Kafka scenario needs librdkafka
+
+        self.name, self.recorder, self.topic = name, recorder, topic
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 0,
+                "message.timeout.ms": 60_000,
+                "reconnect.backoff.max.ms": 500,
+            }
+        )
+        self.errors: dict[str, int] = {}
+
+    def send(self, partition: int, value: str, *, key: str | None = None, deadline: float) -> int:
+        op = Send(self.topic, partition, value, key)
+        op_id = self.recorder.invoke(self.name, op)
+        reports: list = []
+        self.producer.produce(
+            self.topic,
+            value=value.encode(),
+            key=None if key is None else key.encode(),
+            partition=partition,
+            on_delivery=lambda error, message: reports.append((error, message)),
+        )
+        while not reports and time.monotonic() < deadline:
+            self.producer.poll(0.05)
+        if not reports:
+            return self._unknown(op_id, op, "deadline")
+        error, message = reports[0]
+        if error is not None:
+            return self._unknown(op_id, op, error.name())
+        self.errors["none"] = self.errors.get("none", 0) + 1
+        self.recorder.complete(OK, op_id, self.name, replace(op, offset=message.offset()))
+        return message.offset()
+
+    def _unknown(self, op_id: int, op: Send, error: str) -> int:
+        self.errors[error] = self.errors.get(error, 0) + 1
+        self.recorder.complete(INFO, op_id, self.name, replace(op, error=error))
+        return -1

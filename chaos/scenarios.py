@@ -14,6 +14,9 @@ figures.
   running and must join again. Recovery = kill to first accepted commit.
 - T4: retention and key compaction jobs (engine local) every few seconds during produce and
   poll traffic; probes below the log start must get 416, never shifted records.
+- TK: T1 with Kafka's own client: librdkafka idempotent producers send through the gateway's
+  Kafka listener (its port kept across restarts) while the gateway is `kill -9`ed and
+  restarted; the same checker, so no acked record may be lost or written twice.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from chaos.clients import (
     Endpoint,
     GroupMember,
     IdempotentProducer,
+    KafkaIdempotentProducer,
 )
 from chaos.history import (
     FAIL,
@@ -60,7 +64,7 @@ from chaos.history import (
     load,
     operations,
 )
-from tests.gateway_process import GatewayProcess, start_gateway
+from tests.gateway_process import GatewayProcess, free_port, start_gateway
 
 DRAIN_TIMEOUT_S = 120.0
 
@@ -374,6 +378,37 @@ def run_t1(
     load = _Load(clients, ops, partitions, kills_min, cluster.endpoint)
     _produce_under_faults(cluster, nemesis, load, rng, deadline=started + duration_s)
     return _result("T1", seed, root, recorder, started, cluster, nemesis.errors)
+
+
+def run_tk(
+    *,
+    seed: int,
+    ops: int,
+    duration_s: float = 600.0,
+    producers: int = 4,
+    partitions: int = 3,
+    kill_every_s: tuple[float, float] = (2.0, 10.0),
+    kills_min: int = 0,
+    workdir: Path | None = None,
+) -> RunResult:
+    """TK: T1's faults and checks, with librdkafka idempotent producers on the Kafka port."""
+    rng = random.Random(seed)
+    root = _workdir(workdir, "TK")
+    recorder = Recorder(root / "history.jsonl")
+    started = time.monotonic()
+    kafka_port = free_port()
+    cluster = Cluster(root / "data", recorder, {"LAKELOG_KAFKA_PORT": str(kafka_port)})
+    topic = f"tk-{seed}"
+    create_topic(cluster.endpoint.url, topic, partitions)
+    bootstrap = f"127.0.0.1:{kafka_port}"
+    clients = [
+        KafkaIdempotentProducer(f"producer-{i}", bootstrap, recorder, topic)
+        for i in range(producers)
+    ]
+    nemesis = Nemesis(random.Random(seed + 1), *kill_every_s, cluster.kill_and_restart)
+    load = _Load(clients, ops, partitions, kills_min, cluster.endpoint)
+    _produce_under_faults(cluster, nemesis, load, rng, deadline=started + duration_s)
+    return _result("TK", seed, root, recorder, started, cluster, nemesis.errors)
 
 
 @dataclass(frozen=True)
@@ -1044,6 +1079,17 @@ SCENARIOS = {
     "T3": run_t3,
     "T3g": run_t3g,
     "T4": run_t4,
+    "TK": run_tk,
 }
 
-__all__ = ["SCENARIOS", "RunResult", "run_t1", "run_t2", "run_t2b", "run_t3", "run_t3g", "run_t4"]
+__all__ = [
+    "SCENARIOS",
+    "RunResult",
+    "run_t1",
+    "run_t2",
+    "run_t2b",
+    "run_t3",
+    "run_t3g",
+    "run_t4",
+    "run_tk",
+]

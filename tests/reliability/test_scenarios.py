@@ -35,6 +35,7 @@ from chaos.scenarios import (
     run_t3,
     run_t3g,
     run_t4,
+    run_tk,
 )
 
 pytestmark = pytest.mark.gateway
@@ -342,3 +343,20 @@ def test_t4_retention_and_compaction_during_traffic(tmp_path):
     assert result.figures["probes below log start"].get("416", 0) >= 1, result.text()
     assert result.faults["job"] >= 4
     assert result.report.operations[("send", "ok")] == 600
+
+
+def test_tk_librdkafka_idempotent_producers_survive_kill_9_restarts(tmp_path):
+    """TK: T1's kill -9 + restarts with Kafka's own client on the Kafka listener (the port
+    kept across restarts): no acked record lost or written twice, the drain sees them all."""
+    result = run_tk(
+        seed=7,
+        ops=600,
+        kill_every_s=(1.5, 3.0),
+        kills_min=2,
+        duration_s=40,
+        workdir=tmp_path,
+    )
+    assert result.report.valid, result.text()
+    assert result.faults["kill"] >= 2, result.text()
+    assert result.report.operations[("send", "ok")] >= 200, result.text()
+    assert result.recovery_ms and max(result.recovery_ms) < 30_000, result.text()
