@@ -218,3 +218,25 @@ def _records(values: list[bytes]) -> pa.Table:
             ),
         }
     )
+
+
+def test_auto_creation_creates_legal_topics_and_refuses_illegal_names(tmp_path_factory):
+    env = {"LAKELOG_KAFKA_AUTO_CREATE_TOPICS": "true"}
+    gateway = start_gateway(tmp_path_factory.mktemp("auto") / "data", env=env, kafka=True)
+    try:
+        body = {
+            "topics": [{"name": "auto.created"}, {"name": "illegal$#!"}],
+            "allow_auto_topic_creation": True,
+            "include_topic_authorized_operations": False,
+        }
+        with connect(gateway.kafka_address) as sock:
+            sock.sendall(request_frame(METADATA, 12, body))
+            answer = read_answer(sock)
+        assert answer is not None  # answered, not a dropped connection
+        response, _ = entity_reader(response_class(METADATA, 12))(answer, 5)
+        codes = {t.name: t.error_code.value for t in response.topics}
+        assert codes == {"auto.created": 0, "illegal$#!": 17}  # INVALID_TOPIC_EXCEPTION
+        created = {t.name: len(t.partitions) for t in response.topics}["auto.created"]
+        assert created == 1
+    finally:
+        gateway.stop()

@@ -10,7 +10,7 @@ from api.kafka.connection import Connection
 from api.kafka.errors import error_code
 from api.security.authorizer import CLUSTER_RESOURCE_NAME
 from storage_layout.catalog import TopicInfo
-from storage_layout.errors import TopicNotFound
+from storage_layout.errors import TopicExists, TopicNotFound
 
 NO_NODE = -1
 
@@ -68,10 +68,21 @@ async def _named_topic(connection: Connection, name: str, request) -> dict:
     except TopicNotFound as missing:
         auto = getattr(request, "allow_auto_topic_creation", False)
         may_create = connection.permits("CREATE", "cluster", CLUSTER_RESOURCE_NAME)
-        if auto and connection.settings.kafka_auto_create_topics and may_create:
-            created = await broker.create_topic(name, partitions=1, configs={})
-            return _topic(connection, created)
-        return _unknown_topic(name, missing)
+        if not (auto and connection.settings.kafka_auto_create_topics and may_create):
+            return _unknown_topic(name, missing)
+    except Exception as error:
+        return _unknown_topic(name, error)
+    return await _auto_created(connection, name)
+
+
+async def _auto_created(connection: Connection, name: str) -> dict:
+    """Kafka's auto.create.topics.enable: one partition, the cluster defaults. An illegal
+    name is INVALID_TOPIC_EXCEPTION; a topic another request created first is simply there."""
+    broker = connection.broker
+    try:
+        return _topic(connection, await broker.create_topic(name, partitions=1, configs={}))
+    except TopicExists:
+        return _topic(connection, await broker.topic(name))
     except Exception as error:
         return _unknown_topic(name, error)
 
