@@ -43,8 +43,10 @@ class Settings(BaseSettings):
     # connection is closed after connections.max.idle.ms (Kafka's 10 minutes).
     kafka_frame_timeout_ms: int = Field(default=30_000, gt=0)
     kafka_idle_timeout_ms: int = Field(default=600_000, gt=0)
-    # Kafka's auto.create.topics.enable (off here: a typo must not create a topic).
+    # Kafka's auto.create.topics.enable (off here: a typo must not create a topic) and
+    # num.partitions, the partition count of a topic created that way.
     kafka_auto_create_topics: bool = False
+    kafka_auto_create_partitions: int = Field(default=1, ge=1)
 
     # Request limits, checked before a body is buffered (bytes) and while it is parsed.
     request_bytes_max: int = Field(default=16 * MIB, gt=0)

@@ -355,8 +355,9 @@ class Broker:
         writer = await self.leaders.writer(topic_name, partition)
         if offset == DELETE_TO_HIGH_WATERMARK:
             offset = writer.log.bounds().high_watermark
-        elif offset < 0:
-            raise InvalidRequest(f"Offset {offset} is negative: give one, or -1 for the end.")
+        elif offset < 0:  # Kafka answers OFFSET_OUT_OF_RANGE here too
+            bounds = writer.log.bounds()
+            raise OffsetOutOfRange(offset, bounds.log_start_offset, bounds.high_watermark)
         uri = paths.partition_table_uri(self.root, topic_name, partition)
         start = await self._blocking(_advance_log_start, uri, offset)
         writer.request_catch_up()  # this node's readers see the new start before the answer

@@ -11,6 +11,29 @@ from api.security.errors import AuthorizationFailed
 from api.security.state import ANONYMOUS, SecurityState
 from conf.settings import Settings
 
+# Kafka's AclOperation codes of the operations each resource type has.
+AUTHORIZED_OPERATIONS = {
+    "topic": {
+        "READ": 3,
+        "WRITE": 4,
+        "CREATE": 5,
+        "DELETE": 6,
+        "ALTER": 7,
+        "DESCRIBE": 8,
+        "DESCRIBE_CONFIGS": 10,
+        "ALTER_CONFIGS": 11,
+    },
+    "cluster": {
+        "CREATE": 5,
+        "ALTER": 7,
+        "DESCRIBE": 8,
+        "CLUSTER_ACTION": 9,
+        "DESCRIBE_CONFIGS": 10,
+        "ALTER_CONFIGS": 11,
+        "IDEMPOTENT_WRITE": 12,
+    },
+}
+
 
 def _nothing() -> None:
     pass
@@ -46,6 +69,15 @@ class Connection:
                 f"{self.principal} is not authorized to {operation} {resource_type} '{name}'.",
                 resource_type=resource_type,
             )
+
+    def authorized_operations(self, resource_type: str, name: str) -> int:
+        """Kafka's bitfield of the operations the principal may do on the resource (Metadata's
+        and DescribeCluster's `authorized_operations`): bit n set for AclOperation code n."""
+        return sum(
+            1 << code
+            for operation, code in AUTHORIZED_OPERATIONS[resource_type].items()
+            if self.permits(operation, resource_type, name)
+        )
 
     def permits_on_any(self, operation: str, resource_type: str) -> bool:
         return self.security.allowed_on_any(self.principal, self.host, operation, resource_type)

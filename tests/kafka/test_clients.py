@@ -230,6 +230,12 @@ def test_admin_describes_and_alters_topic_configs(bootstrap, topic_name):
     assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
     cluster = admin.describe_cluster().result(30)
     assert cluster.cluster_id == "lakelog" and len(cluster.nodes) == 1
+    from confluent_kafka import TopicCollection
+
+    [described] = admin.describe_topics(
+        TopicCollection([topic_name]), include_authorized_operations=True
+    ).values()
+    assert len(described.result(30).authorized_operations) == 8  # ACLs off: all of a topic's
 
 
 def test_delete_records_moves_the_log_start_for_every_reader(bootstrap, http, topic_name):

@@ -41,7 +41,8 @@ def _table() -> dict[int, Api]:
     apis = [
         Api(0, "Produce", 3, 11, produce.produce),
         Api(1, "Fetch", 4, 12, fetch.fetch),
-        Api(2, "ListOffsets", 1, 7, offsets.list_offsets),
+        # v7's MAX_TIMESTAMP (the record with the largest timestamp) is not served: up to v6.
+        Api(2, "ListOffsets", 1, 6, offsets.list_offsets),
         Api(3, "Metadata", 0, 12, cluster.metadata),
         Api(8, "OffsetCommit", 2, 8, groups.offset_commit),
         Api(9, "OffsetFetch", 1, 7, groups.offset_fetch),

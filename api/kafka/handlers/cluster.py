@@ -76,11 +76,13 @@ async def _named_topic(connection: Connection, name: str, request) -> dict:
 
 
 async def _auto_created(connection: Connection, name: str) -> dict:
-    """Kafka's auto.create.topics.enable: one partition, the cluster defaults. An illegal
+    """Kafka's auto.create.topics.enable: num.partitions, the cluster defaults. An illegal
     name is INVALID_TOPIC_EXCEPTION; a topic another request created first is simply there."""
     broker = connection.broker
     try:
-        return _topic(connection, await broker.create_topic(name, partitions=1, configs={}))
+        partitions = connection.settings.kafka_auto_create_partitions
+        created = await broker.create_topic(name, partitions=partitions, configs={})
+        return _topic(connection, created)
     except TopicExists:
         return _topic(connection, await broker.topic(name))
     except Exception as error:
@@ -115,6 +117,7 @@ def _topic(connection: Connection, topic: TopicInfo) -> dict:
         "name": topic.name,
         "topic_id": topic_uuid(topic),
         "partitions": partitions,
+        "topic_authorized_operations": connection.authorized_operations("topic", topic.name),
     }
 
 

@@ -209,4 +209,7 @@ async def describe_cluster(connection: Connection, request, version: int) -> dic
         "cluster_id": connection.settings.cluster_id,
         "controller_id": connection.broker.cluster.node_id,
         "brokers": described,
+        "cluster_authorized_operations": connection.authorized_operations(
+            "cluster", CLUSTER_RESOURCE_NAME
+        ),
     }

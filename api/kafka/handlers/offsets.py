@@ -1,5 +1,7 @@
 """ListOffsets: the earliest (-2) or latest (-1) offset of a partition, or the first offset at
-or after a timestamp, with that record's timestamp. Answered by the partition's leader."""
+or after a timestamp, with that record's timestamp. Answered by the partition's leader. v7's
+MAX_TIMESTAMP (-3) is not offered (ApiVersions says v6): the record with the largest timestamp
+would need a scan of the partition's files."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ from api.kafka.errors import error_code
 
 LATEST = -1
 EARLIEST = -2
-MAX_TIMESTAMP = -3  # v7: the offset of the record with the largest timestamp
 
 
 async def list_offsets(connection: Connection, request, version: int) -> dict:
@@ -33,8 +34,6 @@ async def _one(connection: Connection, topic: str, partition: int, timestamp: in
             bounds = await broker.partition_bounds(topic, partition)
             offset = bounds.high_watermark if timestamp == LATEST else bounds.log_start_offset
             return answer | {"timestamp": -1, "offset": offset}
-        if timestamp == MAX_TIMESTAMP:
-            return answer | await _max_timestamp(broker, topic, partition)
         if timestamp < 0:
             return answer | {"error_code": ErrorCode.invalid_request}
         offset = await broker.offset_for_timestamp(topic, partition, timestamp)
@@ -44,19 +43,6 @@ async def _one(connection: Connection, topic: str, partition: int, timestamp: in
         return answer | {"timestamp": _timestamp_ms(record.records), "offset": offset}
     except Exception as error:
         return answer | {"error_code": error_code(error), "timestamp": -1, "offset": -1}
-
-
-async def _max_timestamp(broker, topic: str, partition: int) -> dict:
-    """Kafka's answer for MAX_TIMESTAMP: the last record's offset and timestamp (appends carry
-    a timestamp no lower than the previous one's when the topic uses LogAppendTime)."""
-    bounds = await broker.partition_bounds(topic, partition)
-    if bounds.high_watermark <= bounds.log_start_offset:
-        return {"timestamp": -1, "offset": -1}
-    last = bounds.high_watermark - 1
-    record = await broker.record_at(topic, partition, last)
-    if not record.records.num_rows:
-        return {"timestamp": -1, "offset": -1}
-    return {"timestamp": _timestamp_ms(record.records), "offset": last}
 
 
 def _timestamp_ms(records) -> int:
