@@ -8,7 +8,6 @@ event loop; blocking Delta work runs on the broker's executor.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -566,14 +565,11 @@ class Broker:
         while True:
             appended = writer.appended_event()
             result = await self._read(writer.log, request)
-            remaining = deadline - time.monotonic()
-            if result.records.num_rows or remaining <= 0 or self._closing:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if result.records.num_rows or remaining_ms <= 0 or self._closing:
                 return result
             writer.notice_foreign_commits()
-            # Woken by this node's next commit, or in time to see another writer's.
-            wait_s = min(remaining, FOREIGN_CHECK_INTERVAL_MS / 1000)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(appended.wait(), wait_s)
+            await self.wait_for_commits([appended], remaining_ms)
 
     async def read_now(self, request: FetchRequest) -> FetchResult:
         """Records from `request.offset` as they are now, without waiting: this node's log if

@@ -117,9 +117,7 @@ class KafkaListener:
             admitted = asyncio.Event()
             answer = asyncio.ensure_future(self._answer(connection, frame, admitted))
             await answers.put(answer)
-            admission = asyncio.ensure_future(admitted.wait())
-            await asyncio.wait({answer, admission}, return_when=asyncio.FIRST_COMPLETED)
-            admission.cancel()
+            await admitted.wait()
             if answer.done() and not answer.cancelled() and answer.exception() is not None:
                 return  # the sender reports it and closes the connection
 
@@ -163,6 +161,16 @@ class KafkaListener:
         )
 
     async def _answer(
+        self, connection: Connection, frame: bytes, admitted: asyncio.Event
+    ) -> bytes | None:
+        """The response frame (None: none is sent); `admitted` is set at the latest when this
+        ends, however it ends, so the reader never waits on a request that failed early."""
+        try:
+            return await self._respond(connection, frame, admitted)
+        finally:
+            admitted.set()
+
+    async def _respond(
         self, connection: Connection, frame: bytes, admitted: asyncio.Event
     ) -> bytes | None:
         try:

@@ -41,7 +41,7 @@ async def metadata(connection: Connection, request, version: int) -> dict:
     if names is None:  # every topic the principal may see, as Kafka filters its answer
         topics = await broker.list_topics()
         visible = [t for t in topics if connection.permits("DESCRIBE", "topic", t.name)]
-        described = [_topic(connection, topic) for topic in visible]
+        described = [_topic(connection, topic, request) for topic in visible]
     else:
         described = [await _named_topic(connection, name, request) for name in names]
     return {
@@ -64,7 +64,7 @@ async def _named_topic(connection: Connection, name: str, request) -> dict:
     broker = connection.broker
     try:
         connection.check("DESCRIBE", "topic", name)
-        return _topic(connection, await broker.topic(name))
+        return _topic(connection, await broker.topic(name), request)
     except TopicNotFound as missing:
         auto = getattr(request, "allow_auto_topic_creation", False)
         may_create = connection.permits("CREATE", "cluster", CLUSTER_RESOURCE_NAME)
@@ -72,19 +72,19 @@ async def _named_topic(connection: Connection, name: str, request) -> dict:
             return _unknown_topic(name, missing)
     except Exception as error:
         return _unknown_topic(name, error)
-    return await _auto_created(connection, name)
+    return await _auto_created(connection, name, request)
 
 
-async def _auto_created(connection: Connection, name: str) -> dict:
+async def _auto_created(connection: Connection, name: str, request) -> dict:
     """Kafka's auto.create.topics.enable: num.partitions, the cluster defaults. An illegal
     name is INVALID_TOPIC_EXCEPTION; a topic another request created first is simply there."""
     broker = connection.broker
     try:
         partitions = connection.settings.kafka_auto_create_partitions
         created = await broker.create_topic(name, partitions=partitions, configs={})
-        return _topic(connection, created)
+        return _topic(connection, created, request)
     except TopicExists:
-        return _topic(connection, await broker.topic(name))
+        return _topic(connection, await broker.topic(name), request)
     except Exception as error:
         return _unknown_topic(name, error)
 
@@ -98,7 +98,7 @@ def _unknown_topic(name: str, error: Exception) -> dict:
     }
 
 
-def _topic(connection: Connection, topic: TopicInfo) -> dict:
+def _topic(connection: Connection, topic: TopicInfo, request) -> dict:
     broker = connection.broker
     partitions = []
     for index in range(topic.partitions):
@@ -112,13 +112,17 @@ def _topic(connection: Connection, topic: TopicInfo) -> dict:
                 "isr_nodes": [leader],
             }
         )
-    return {
+    described = {
         "error_code": ErrorCode.none,
         "name": topic.name,
         "topic_id": topic_uuid(topic),
         "partitions": partitions,
-        "topic_authorized_operations": connection.authorized_operations("topic", topic.name),
     }
+    # Eight ACL decisions per topic: only when asked for (Kafka's default is "not requested").
+    if getattr(request, "include_topic_authorized_operations", False):
+        operations = connection.authorized_operations("topic", topic.name)
+        described["topic_authorized_operations"] = operations
+    return described
 
 
 def _check_idempotent_write(connection: Connection) -> None:

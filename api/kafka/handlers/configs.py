@@ -203,13 +203,14 @@ async def describe_cluster(connection: Connection, request, version: int) -> dic
         {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": None}
         for b in brokers(connection)
     ]
-    return {
+    answer = {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "cluster_id": connection.settings.cluster_id,
         "controller_id": connection.broker.cluster.node_id,
         "brokers": described,
-        "cluster_authorized_operations": connection.authorized_operations(
-            "cluster", CLUSTER_RESOURCE_NAME
-        ),
     }
+    if request.include_cluster_authorized_operations:
+        operations = connection.authorized_operations("cluster", CLUSTER_RESOURCE_NAME)
+        answer["cluster_authorized_operations"] = operations
+    return answer
