@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from storage_layout.producer_state import ProducerBatch
-from storage_layout.records import AppTransaction, NewRecord
+from storage_layout.records import AppTransaction, NewRecord, Records
 
 INTERNAL_APPEND_PATH = "/_lakelog/internal/topics/{topic}/partitions/{partition}/append"
 
@@ -29,7 +28,7 @@ class AppendRequest:
 
 
 def encode_append(
-    records: Sequence[NewRecord],
+    records: Records,
     *,
     producer: ProducerBatch | None = None,
     transaction: AppTransaction | None = None,

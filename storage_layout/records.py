@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -24,6 +25,52 @@ class NewRecord:
         for name, value in self.headers:
             size += len(name.encode()) + len(value or b"")
         return size
+
+
+@dataclass(frozen=True, slots=True)
+class RecordColumns:
+    """Records to append as Arrow columns (schema.NEW_RECORDS_SCHEMA), as a Kafka batch is
+    decoded: no Python object per record on the produce path. `size_bytes` counts as
+    NewRecord.size_bytes does."""
+
+    table: pa.Table
+    size_bytes: int
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __iter__(self) -> Iterator[NewRecord]:
+        """Record by record, for the paths that need objects (forwarding, JSON)."""
+        columns = self.table.to_pydict()
+        for timestamp_ms, key, value, headers in zip(
+            columns["timestamp_ms"],
+            columns["key"],
+            columns["value"],
+            columns["headers"],
+            strict=True,
+        ):
+            pairs = tuple((h["key"], h["value"]) for h in headers or ())
+            yield NewRecord(key, value, timestamp_ms, pairs)
+
+
+# What an append takes: records one by one, or a decoded batch's columns.
+Records = Sequence[NewRecord] | RecordColumns
+
+
+def first_keyless(records: Records) -> int | None:
+    """The index of the first record without a key, or None."""
+    if isinstance(records, RecordColumns):
+        keys = records.table.column("key")
+        if keys.null_count == 0:
+            return None
+        return keys.is_null().index(True).as_py()
+    return next((i for i, record in enumerate(records) if record.key is None), None)
+
+
+def records_size_bytes(records: Records) -> int:
+    if isinstance(records, RecordColumns):
+        return records.size_bytes
+    return sum(record.size_bytes() for record in records)
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,5 +43,16 @@ PARTITION_SCHEMA = pa.schema(
 # What a data file holds: the partition column lives in the directory name, not the file.
 FILE_SCHEMA = pa.schema([f for f in PARTITION_SCHEMA if f.name != PARTITION_COLUMN])
 
+# Records to append, before they get offsets: a producer's CreateTime (null: the append time),
+# key, value, headers (storage_layout.records.RecordColumns).
+NEW_RECORDS_SCHEMA = pa.schema(
+    [
+        pa.field("timestamp_ms", pa.int64()),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADERS_TYPE),
+    ]
+)
+
 # The columns a fetch returns (producer state stays internal).
 RECORD_COLUMNS = ("offset", "timestamp", "timestamp_type", "key", "value", "headers")

@@ -74,6 +74,11 @@ class TopicConfig:
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
+    @property
+    def compacted(self) -> bool:
+        """Key compaction keeps the latest record per key: every record needs a key."""
+        return "compact" in (part.strip() for part in self.cleanup_policy.split(","))
+
 
 # Kafka's broker-level names of the cluster-wide defaults: what a topic config falls back to,
 # listed as its synonyms by the admin APIs.

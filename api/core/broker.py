@@ -20,6 +20,7 @@ from api.core.cluster import Cluster, ClusterSettings
 from api.core.errors import (
     BrokerShuttingDown,
     InvalidRequest,
+    KeyRequired,
     NotLeader,
     RecordTooLarge,
 )
@@ -47,7 +48,14 @@ from storage_layout.nodes import NodeRegistry
 from storage_layout.partitioner import RoundRobin, choose_partition
 from storage_layout.producer_state import ProducerBatch
 from storage_layout.producers import ProducerIdAllocator, ProducerIdentity
-from storage_layout.records import AppTransaction, FetchResult, NewRecord, PartitionBounds
+from storage_layout.records import (
+    AppTransaction,
+    FetchResult,
+    NewRecord,
+    PartitionBounds,
+    Records,
+    records_size_bytes,
+)
 from storage_layout.topic_config import (
     TopicConfig,
     check_config_name,
@@ -445,6 +453,9 @@ class Broker:
             if size > limit:
                 results[index] = RecordTooLarge(index=index, size_bytes=size, limit_bytes=limit)
                 continue
+            if produce_record.record.key is None and topic.config.compacted:
+                results[index] = KeyRequired(topic=topic.name, index=index)
+                continue
             partition = choose_partition(
                 explicit=produce_record.partition,
                 key=produce_record.record.key,
@@ -484,7 +495,7 @@ class Broker:
         self,
         topic_name: str,
         partition: int,
-        batch: list[NewRecord],
+        batch: Records,
         *,
         producer: ProducerBatch | None,
         forward: bool,
@@ -498,7 +509,7 @@ class Broker:
             raise BrokerShuttingDown("This gateway is shutting down; retry the request.")
         route = await self.leaders.route(topic_name, partition)
         if route.writer is not None:
-            size_bytes = sum(record.size_bytes() for record in batch)
+            size_bytes = records_size_bytes(batch)
             return route.writer.submit(batch, size_bytes, producer, transaction)
         if not forward:
             raise NotLeader(

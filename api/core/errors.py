@@ -22,6 +22,19 @@ class RecordTooLarge(BrokerError):
         self.index = index
 
 
+class KeyRequired(BrokerError):
+    """A record without a key sent to a compacted topic (Kafka's INVALID_RECORD)."""
+
+    code = "INVALID_RECORD"
+
+    def __init__(self, *, topic: str, index: int) -> None:
+        super().__init__(
+            f"Record {index} has no key, and topic {topic!r} is compacted "
+            "(cleanup.policy=compact keeps the latest record per key): give every record a key."
+        )
+        self.index = index
+
+
 class InvalidRequest(BrokerError):
     """The request is well-formed JSON but asks for something impossible (e.g. bad offset)."""
 

@@ -28,8 +28,9 @@ from typing import Any
 from api.core.errors import BrokerShuttingDown, NotLeader
 from storage_layout.errors import AppendConflict, LeadershipConflict
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.log.arrow_records import concat_records
 from storage_layout.producer_state import Duplicate, ProducerBatch, ProducerStates
-from storage_layout.records import AppTransaction, NewRecord
+from storage_layout.records import AppTransaction, Records
 from storage_layout.topic_config import TopicConfig
 
 log = logging.getLogger("lakelog.writer")
@@ -68,7 +69,7 @@ class BatchAck:
 
 @dataclass(slots=True)
 class _Pending:
-    records: Sequence[NewRecord]
+    records: Records
     size_bytes: int
     future: asyncio.Future
     producer: ProducerBatch | None = None
@@ -85,8 +86,8 @@ class _Plan:
     echoes: list[tuple[_Pending, Duplicate]] = field(default_factory=list)  # same group
     refused: list[tuple[_Pending, Exception]] = field(default_factory=list)  # sequence errors
 
-    def records(self) -> list[NewRecord]:
-        return [record for pending, _ in self.appends for record in pending.records]
+    def records(self) -> Records:
+        return concat_records([pending.records for pending, _ in self.appends])
 
     def producer_columns(self) -> list | None:
         if all(pending.producer is None for pending, _ in self.appends):
@@ -137,7 +138,7 @@ class PartitionWriter:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def append(
-        self, records: Sequence[NewRecord], size_bytes: int, producer: ProducerBatch | None = None
+        self, records: Records, size_bytes: int, producer: ProducerBatch | None = None
     ) -> BatchAck:
         """Queue `records` (in order, contiguous offsets) and wait for their durable commit.
 
@@ -148,7 +149,7 @@ class PartitionWriter:
 
     def submit(
         self,
-        records: Sequence[NewRecord],
+        records: Records,
         size_bytes: int,
         producer: ProducerBatch | None = None,
         transaction: AppTransaction | None = None,

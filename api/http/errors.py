@@ -26,6 +26,7 @@ from api.core.errors import (
     BrokerShuttingDown,
     InvalidProducerRequest,
     InvalidRequest,
+    KeyRequired,
     RecordTooLarge,
 )
 from api.core.groups.errors import (
@@ -89,6 +90,7 @@ ERROR_STATUS: dict[type[Exception], tuple[int, int]] = {
     InvalidRequest: (400, 40002),
     OffsetOutOfRange: (416, 41601),
     RecordTooLarge: (422, 422),  # as Karapace: the request was fine, a record was not
+    KeyRequired: (422, 42214),
     InvalidProducerRequest: (422, 42209),
     OutOfOrderSequence: (409, 40904),
     DuplicateSequence: (409, 40905),

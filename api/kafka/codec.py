@@ -1,9 +1,13 @@
 """Kafka's RecordBatch v2 ("magic 2"), the record format of Produce and Fetch since Kafka 0.11.
 
 Decoding checks what a broker must: the CRC32C, the batch and record lengths, the record count,
-the codec; it returns lakelog's NewRecords and the producer fields. Encoding writes the Arrow
-records of a fetch as uncompressed batches (consumers accept any codec; compressing on the
+the codec; it returns the records as Arrow columns and the producer fields. Encoding writes the
+Arrow records of a fetch as uncompressed batches (consumers accept any codec; compressing on the
 broker would only spend its CPU). Layout: https://kafka.apache.org/documentation/#recordbatch
+
+The per-record work runs in Rust (native_codec, built from native/ by `make install`); the
+Python functions here are the reference it is tested against, and the fallback when the
+extension is not installed (five to ten times slower).
 """
 
 from __future__ import annotations
@@ -15,9 +19,15 @@ from dataclasses import dataclass
 
 import cramjam
 import pyarrow as pa
+import pyarrow.compute as pc
 from crc32c import crc32c
 
-from storage_layout.records import NewRecord
+from storage_layout.records import NewRecord, Records
+
+try:
+    from api.kafka import native_codec
+except ImportError:  # lakelog_native not built: the Python reference codec serves
+    native_codec = None
 
 MAGIC = 2
 # baseOffset int64, batchLength int32: the part before what batchLength counts.
@@ -50,7 +60,7 @@ class UnsupportedCodec(ValueError):
 class DecodedBatch:
     """One producer batch: its records and the fields idempotence and transactions need."""
 
-    records: tuple[NewRecord, ...]
+    records: Records
     producer_id: int
     producer_epoch: int
     base_sequence: int
@@ -108,7 +118,7 @@ def _decode_batch(view: memoryview) -> DecodedBatch:
     if codec_id >= len(CODECS):
         raise UnsupportedCodec(f"compression codec {codec_id} does not exist")
     body = _decompress(codec_id, view[RECORDS_AT:])
-    records = _decode_records(body, count, base_timestamp)
+    records = decode_records(body, count, base_timestamp)
     return DecodedBatch(
         records,
         producer_id,
@@ -151,8 +161,22 @@ def _snappy(body: bytes) -> bytes:
     return b"".join(parts)
 
 
-def _decode_records(body, count: int, base_timestamp: int) -> tuple[NewRecord, ...]:
-    """The hot path of every produce: one pass over the records. Varints of one or two bytes
+def decode_records(body, count: int, base_timestamp: int) -> Records:
+    """A batch's `count` records, from its decompressed records section.
+
+    Raises:
+        CorruptBatch: a record is malformed.
+    """
+    if native_codec is None:
+        return decode_records_python(body, count, base_timestamp)
+    try:
+        return native_codec.decode_records(body, count, base_timestamp)
+    except ValueError as error:
+        raise CorruptBatch(str(error)) from None
+
+
+def decode_records_python(body, count: int, base_timestamp: int) -> tuple[NewRecord, ...]:
+    """The reference decoder: one pass over the records. Varints of one or two bytes
     (lengths below 8 KiB, small deltas) are decoded inline; longer ones by _read_varint."""
     data = bytes(body)
     records, position, end = [], 0, len(data)
@@ -176,7 +200,10 @@ def _decode_records(body, count: int, base_timestamp: int) -> tuple[NewRecord, .
                 headers, position = _read_headers(data, position, header_count)
             if position != record_end:
                 raise CorruptBatch("a record's fields do not add up to its length")
-            records.append(NewRecord(key, value, base_timestamp + timestamp_delta, headers))
+            timestamp_ms = base_timestamp + timestamp_delta
+            if abs(timestamp_ms) > _TIMESTAMP_MS_LIMIT:
+                raise CorruptBatch("a record timestamp is out of range")
+            records.append(NewRecord(key, value, timestamp_ms, headers))
     except IndexError:
         raise CorruptBatch("the records end before the batch says") from None
     if position != end:
@@ -242,60 +269,82 @@ def encode_records(records: pa.Table) -> bytes:
     headers) as RecordBatch v2 bytes: one batch per run of records with one timestamp type."""
     if not records.num_rows:
         return b""
-    columns = records.select(["offset", "timestamp_type", "key", "value", "headers"]).to_pydict()
-    timestamps_ms = _timestamps_ms(records)
+    encode = encode_body_python if native_codec is None else native_codec.encode_records
+    types = records.column("timestamp_type")
     return b"".join(
-        _encode_batch(columns, timestamps_ms, start, stop)
-        for start, stop in _runs(columns["timestamp_type"])
+        _frame(encode(records, start, stop), stop - start, log_append_time)
+        for start, stop, log_append_time in _runs(types)
     )
 
 
-def _timestamps_ms(records: pa.Table) -> list[int]:
-    micros = records.column("timestamp").cast(pa.int64()).to_pylist()
-    return [m // 1000 for m in micros]
-
-
-def _runs(types: list[int]) -> Iterator[tuple[int, int]]:
+def _runs(types: pa.ChunkedArray) -> Iterator[tuple[int, int, bool]]:
+    """(start, stop, LogAppendTime?) of each run of one timestamp type."""
+    bounds = pc.min_max(types)
+    if bounds["min"] == bounds["max"]:  # one run: the usual case, found without a Python list
+        yield 0, len(types), bool(bounds["min"].as_py())
+        return
+    values = types.to_pylist()
     start = 0
-    for index in range(1, len(types) + 1):
-        if index == len(types) or types[index] != types[start]:
-            yield start, index
+    for index in range(1, len(values) + 1):
+        if index == len(values) or values[index] != values[start]:
+            yield start, index, bool(values[start])
             start = index
 
 
-def _encode_batch(columns: dict, timestamps_ms: list[int], start: int, stop: int) -> bytes:
-    offsets = columns["offset"]
-    base_offset = offsets[start]
-    base_timestamp = timestamps_ms[start]
-    body = bytearray()
-    for i in range(start, stop):
-        _encode_record(
-            body,
-            timestamps_ms[i] - base_timestamp,
-            offsets[i] - base_offset,
-            columns["key"][i],
-            columns["value"][i],
-            columns["headers"][i],
-        )
-    attributes = TIMESTAMP_TYPE_BIT if columns["timestamp_type"][start] else 0
+@dataclass(frozen=True, slots=True)
+class EncodedBody:
+    """One batch's records section and what its header says about them (the Python reference
+    of native_codec.EncodedBody)."""
+
+    body: bytes
+    base_offset: int
+    last_offset: int
+    base_timestamp_ms: int
+    max_timestamp_ms: int
+
+
+def _frame(encoded, count: int, log_append_time: bool) -> bytes:
+    """A batch of `count` records around their encoded section: header, lengths, CRC. A
+    compacted table's offsets have gaps: lastOffsetDelta then spans more than `count`."""
     header = _HEADER.pack(
         0,  # partitionLeaderEpoch: lakelog's leader epochs are not Kafka's
         MAGIC,
         0,  # CRC, filled in below
-        attributes,
-        offsets[stop - 1] - base_offset,
-        base_timestamp,
-        max(timestamps_ms[start:stop]),
+        TIMESTAMP_TYPE_BIT if log_append_time else 0,
+        encoded.last_offset - encoded.base_offset,
+        encoded.base_timestamp_ms,
+        encoded.max_timestamp_ms,
         NO_PRODUCER_ID,
         -1,
         NO_SEQUENCE,
-        stop - start,
+        count,
     )
-    batch = bytearray(struct.pack(">qi", base_offset, len(header) + len(body)))
+    batch = bytearray(struct.pack(">qi", encoded.base_offset, len(header) + len(encoded.body)))
     batch += header
-    batch += body
+    batch += encoded.body
     struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[_CRC_FROM:]))
     return bytes(batch)
+
+
+def encode_body_python(records: pa.Table, start: int, stop: int) -> EncodedBody:
+    """The reference encoder of rows [start, stop)."""
+    columns = records.slice(start, stop - start)
+    offsets = columns.column("offset").to_pylist()
+    timestamps_ms = [m // 1000 for m in columns.column("timestamp").cast(pa.int64()).to_pylist()]
+    keys = columns.column("key").to_pylist()
+    values = columns.column("value").to_pylist()
+    headers = columns.column("headers").to_pylist()
+    body = bytearray()
+    for i, offset in enumerate(offsets):
+        _encode_record(
+            body,
+            timestamps_ms[i] - timestamps_ms[0],
+            offset - offsets[0],
+            keys[i],
+            values[i],
+            headers[i],
+        )
+    return EncodedBody(bytes(body), offsets[0], offsets[-1], timestamps_ms[0], max(timestamps_ms))
 
 
 def _encode_record(out: bytearray, timestamp_delta, offset_delta, key, value, headers) -> None:
@@ -333,4 +382,6 @@ def _varint(value: int) -> bytes:
 
 
 _SMALL = [bytes([n]) for n in range(0x80)]
+# Timestamps become Arrow microseconds: a millisecond value beyond this overflows int64.
+_TIMESTAMP_MS_LIMIT = (2**63 - 1) // 1000
 _ZIGZAG = [(n >> 1) ^ -(n & 1) for n in range(0x80)]  # one-byte zigzag varints, decoded

@@ -13,6 +13,7 @@ from api.core.errors import (
     BrokerShuttingDown,
     InvalidProducerRequest,
     InvalidRequest,
+    KeyRequired,
     NotLeader,
     RecordTooLarge,
 )
@@ -59,6 +60,7 @@ ERROR_CODES: dict[type[Exception], ErrorCode] = {
     StorageUnavailable: ErrorCode.kafka_storage_error,
     OffsetOutOfRange: ErrorCode.offset_out_of_range,
     RecordTooLarge: ErrorCode.message_too_large,
+    KeyRequired: ErrorCode.invalid_record,
     CorruptBatch: ErrorCode.corrupt_message,
     UnsupportedCodec: ErrorCode.unsupported_compression_type,
     OutOfOrderSequence: ErrorCode.out_of_order_sequence_number,

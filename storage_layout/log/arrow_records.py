@@ -9,9 +9,11 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage_layout.records import NewRecord
+from storage_layout.records import RecordColumns, Records, records_size_bytes
 from storage_layout.schema import (
     FILE_SCHEMA,
+    HEADERS_TYPE,
+    NEW_RECORDS_SCHEMA,
     RECORD_COLUMNS,
     TIMESTAMP_TYPE,
     TIMESTAMP_TYPE_CREATE_TIME,
@@ -53,32 +55,56 @@ def limit_bytes(records: pa.Table, bytes_max: int) -> pa.Table:
     return records.slice(0, max(1, keep))
 
 
+def new_records_table(records: Records) -> pa.Table:
+    """`records` as columns of schema.NEW_RECORDS_SCHEMA."""
+    if isinstance(records, RecordColumns):
+        return records.table
+    headers = [
+        [{"key": k, "value": v} for k, v in r.headers] if r.headers else None for r in records
+    ]
+    columns = [
+        pa.array([r.timestamp_ms for r in records], pa.int64()),
+        pa.array([r.key for r in records], pa.binary()),
+        pa.array([r.value for r in records], pa.binary()),
+        pa.array(headers, HEADERS_TYPE),
+    ]
+    return pa.Table.from_arrays(columns, schema=NEW_RECORDS_SCHEMA)
+
+
+def concat_records(parts: Sequence[Records]) -> Records:
+    """One group commit's records, in order: a list while every part is one, else columns."""
+    if not any(isinstance(part, RecordColumns) for part in parts):
+        return [record for part in parts for record in part]
+    tables = [new_records_table(part) for part in parts]
+    size_bytes = sum(records_size_bytes(part) for part in parts)
+    return RecordColumns(pa.concat_tables(tables), size_bytes)
+
+
 def records_to_arrow(
-    records: Sequence[NewRecord],
+    records: Records,
     base_offset: int,
     now_ms: int,
     log_append_time: bool,
     producers: ProducerColumns | None = None,
 ) -> pa.Table:
-    count = len(records)
+    """The file columns of `records` at offsets from `base_offset`; a record without a
+    timestamp (or every record, with LogAppendTime) gets `now_ms`."""
+    new = new_records_table(records)
+    count = new.num_rows
     if log_append_time:
-        timestamps = [now_ms * 1000] * count
+        timestamps_ms = pa.nulls(count, pa.int64())
         timestamp_type = TIMESTAMP_TYPE_LOG_APPEND_TIME
     else:
-        timestamps = [
-            (r.timestamp_ms if r.timestamp_ms is not None else now_ms) * 1000 for r in records
-        ]
+        timestamps_ms = new.column("timestamp_ms")
         timestamp_type = TIMESTAMP_TYPE_CREATE_TIME
-    headers = [
-        [{"key": k, "value": v} for k, v in r.headers] if r.headers else None for r in records
-    ]
+    micros = pc.multiply_checked(pc.fill_null(timestamps_ms, now_ms), 1000)
     columns = [
         pa.array(range(base_offset, base_offset + count), pa.int64()),
-        pa.array(timestamps, TIMESTAMP_TYPE),
-        pa.array([timestamp_type] * count, pa.int8()),
-        pa.array([r.key for r in records], pa.binary()),
-        pa.array([r.value for r in records], pa.binary()),
-        pa.array(headers, FILE_SCHEMA.field("headers").type),
+        micros.cast(TIMESTAMP_TYPE),
+        pc.fill_null(pa.nulls(count, pa.int8()), timestamp_type),
+        new.column("key"),
+        new.column("value"),
+        new.column("headers"),
         *_producer_arrays(producers, count),
     ]
     return pa.Table.from_arrays(columns, schema=FILE_SCHEMA)

@@ -56,8 +56,8 @@ from storage_layout.records import (
     AppendResult,
     AppTransaction,
     FetchResult,
-    NewRecord,
     PartitionBounds,
+    Records,
 )
 from storage_layout.schema import (
     FILE_SCHEMA,
@@ -292,7 +292,7 @@ class DeltaPartitionLog:
 
     def append(
         self,
-        records: Sequence[NewRecord],
+        records: Records,
         *,
         config: TopicConfig,
         now_ms: int | None = None,
@@ -318,7 +318,7 @@ class DeltaPartitionLog:
 
     def stage_append(
         self,
-        records: Sequence[NewRecord],
+        records: Records,
         *,
         config: TopicConfig,
         now_ms: int | None = None,
@@ -408,7 +408,7 @@ class DeltaPartitionLog:
 
     def append_once(
         self,
-        records: Sequence[NewRecord],
+        records: Records,
         *,
         config: TopicConfig,
         transaction: AppTransaction,

@@ -527,3 +527,16 @@ def test_v3_admin_body_over_limit_chunked_is_413(small_client):
         headers={"Content-Type": "application/json"},
     )
     assert_error(response, 413, 413)
+
+
+def test_keyless_record_on_a_compacted_topic_fails_alone(client, topic_name):
+    """Compaction keeps the latest record per key, so a record without one is refused (Kafka:
+    INVALID_RECORD); the keyed records of the same request are written."""
+    create_topic(client, topic_name, cleanup_policy="compact")
+    records = [{"key": b64("k"), "value": b64("a")}, {"value": b64("no key")}]
+    response = produce(client, topic_name, records)
+    assert response.status_code == 200, response.text
+    written, refused = response.json()["offsets"]
+    assert (written["offset"], written["error_code"]) == (0, None)
+    assert refused["offset"] is None and "give every record a key" in refused["error"]
+    assert [unb64(r["value"]) for r in _fetch_all(client, topic_name)] == [b"a"]

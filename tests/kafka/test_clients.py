@@ -251,3 +251,18 @@ def test_delete_records_moves_the_log_start_for_every_reader(bootstrap, http, to
     assert [m.offset() for m in read] == [6, 7, 8, 9]
     below = http.get(f"/topics/{topic_name}/partitions/0/records", params={"offset": 2})
     assert below.status_code == 416
+
+
+def test_compacted_topic_refuses_a_batch_with_a_keyless_record(bootstrap, topic_name):
+    """As Kafka: INVALID_RECORD for the batch, and nothing of it is appended."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = NewTopic(topic_name, 1, 1, config={"cleanup.policy": "compact"})
+    admin.create_topics([topic])[topic_name].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "retries": 0})
+    reports = []
+    for record in ({"key": b"k", "value": b"a"}, {"value": b"no key"}):
+        producer.produce(topic_name, **record, on_delivery=lambda e, m: reports.append(e))
+    producer.flush(30)
+    assert [error.code() for error in reports] == [KafkaError.INVALID_RECORD] * 2
+    produce_all(bootstrap, topic_name, [{"key": b"k", "value": b"b"}])
+    assert [m.value() for m in consume(bootstrap, topic_name, [0], 1)] == [b"b"]

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from api.core.errors import InvalidRequest, RecordTooLarge
+from api.core.errors import InvalidRequest, KeyRequired, RecordTooLarge
 from api.kafka.codec import decode_batches
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
 from storage_layout.producer_state import ProducerBatch
+from storage_layout.records import first_keyless
 
 ACKS_NONE = 0
 
@@ -64,6 +65,8 @@ async def _queue(connection: Connection, topic_name: str, partition) -> _Queued 
         if len(data) > limit:
             raise RecordTooLarge(index=0, size_bytes=len(data), limit_bytes=limit)
         batch = _one_batch(data)
+        if topic.config.compacted and (keyless := first_keyless(batch.records)) is not None:
+            raise KeyRequired(topic=topic_name, index=keyless)
         producer = None
         if batch.idempotent:
             await connection.security.check_producer(batch.producer_id, connection.principal)
