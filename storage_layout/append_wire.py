@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from storage_layout.producer_state import ProducerBatch
-from storage_layout.records import AppTransaction, NewRecord, Records
+from storage_layout.records import AppTransaction, NewRecord, Records, as_record_list
 
 INTERNAL_APPEND_PATH = "/_lakelog/internal/topics/{topic}/partitions/{partition}/append"
 
@@ -43,7 +43,7 @@ def encode_append(
                 "timestamp_ms": record.timestamp_ms,
                 "headers": [[name, _b64(value)] for name, value in record.headers],
             }
-            for record in records
+            for record in as_record_list(records)
         ],
     }
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -39,22 +39,30 @@ class RecordColumns:
     def __len__(self) -> int:
         return self.table.num_rows
 
-    def __iter__(self) -> Iterator[NewRecord]:
-        """Record by record, for the paths that need objects (forwarding, JSON)."""
+    def to_records(self) -> list[NewRecord]:
+        """Record by record, for the paths that need objects (forwarding, JSON). Not
+        iterable on purpose: the hot path must never make an object per record by accident."""
         columns = self.table.to_pydict()
-        for timestamp_ms, key, value, headers in zip(
-            columns["timestamp_ms"],
-            columns["key"],
-            columns["value"],
-            columns["headers"],
-            strict=True,
-        ):
-            pairs = tuple((h["key"], h["value"]) for h in headers or ())
-            yield NewRecord(key, value, timestamp_ms, pairs)
+        return [
+            NewRecord(
+                key, value, timestamp_ms, tuple((h["key"], h["value"]) for h in headers or ())
+            )
+            for timestamp_ms, key, value, headers in zip(
+                columns["timestamp_ms"],
+                columns["key"],
+                columns["value"],
+                columns["headers"],
+                strict=True,
+            )
+        ]
 
 
 # What an append takes: records one by one, or a decoded batch's columns.
 Records = Sequence[NewRecord] | RecordColumns
+
+
+def as_record_list(records: Records) -> Sequence[NewRecord]:
+    return records.to_records() if isinstance(records, RecordColumns) else records
 
 
 def first_keyless(records: Records) -> int | None:

@@ -302,7 +302,7 @@ class PartitionWriter:
         """Write the batch's data file (offsets after `after`'s, if given); None if that
         failed (every waiter has learnt why: nothing of it was committed)."""
         loop = asyncio.get_running_loop()
-        records = [record for pending in batch for record in pending.records]
+        records = concat_records([pending.records for pending in batch])
         config = self._config()
         try:
             self._check_can_write()

@@ -52,7 +52,7 @@ def test_round_trip_keeps_keys_values_headers_and_milliseconds():
         headers=[None, [{"key": "h", "value": None}], [{"key": "x", "value": b"1"}]],
     )
     [batch] = decode_batches(encode_records(table))
-    assert [(r.key, r.value, r.timestamp_ms, r.headers) for r in batch.records] == [
+    assert [(r.key, r.value, r.timestamp_ms, r.headers) for r in batch.records.to_records()] == [
         (None, b"a", 1_700_000_000_123, ()),
         (b"k", None, 1_700_000_000_124, (("h", None),)),
         (b"key", b"c" * 300, 1_700_000_000_125, (("x", b"1"),)),
@@ -66,7 +66,8 @@ def test_java_xerial_snappy_framing_is_decoded():
     block = bytes(cramjam.snappy.compress_raw(raw_records))
     xerial = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
     [batch] = decode_batches(recompressed(plain, 2, xerial))
-    assert batch.codec == "snappy" and [r.value for r in batch.records] == [b"one", b"two"]
+    assert batch.codec == "snappy"
+    assert [r.value for r in batch.records.to_records()] == [b"one", b"two"]
 
 
 def test_damage_is_refused():

@@ -54,7 +54,7 @@ def decode_both(body: bytes, count: int, base_ms: int):
     except CorruptBatch:
         expected = "refused"
     try:
-        actual = list(native_codec.decode_records(body, count, base_ms))
+        actual = native_codec.decode_records(body, count, base_ms).to_records()
     except ValueError:
         actual = "refused"
     return expected, actual
@@ -68,7 +68,7 @@ def test_both_decoders_read_the_same_records():
         base_ms = records[0].timestamp_ms  # the deltas are from the first record
         decoded = native_codec.decode_records(body, len(records), base_ms)
         assert isinstance(decoded, RecordColumns)
-        assert list(decoded) == records
+        assert decoded.to_records() == records
         assert decoded.size_bytes == records_size_bytes(records)
         assert list(codec.decode_records_python(body, len(records), base_ms)) == records
 
@@ -153,6 +153,6 @@ def test_encoded_batches_decode_to_the_fetched_records():
     rng = random.Random(18)
     table = fetched_table(rng, 50)
     batches = codec.decode_batches(codec.encode_records(table))
-    decoded = [record for batch in batches for record in batch.records]
+    decoded = [record for batch in batches for record in batch.records.to_records()]
     assert [r.key for r in decoded] == table.column("key").to_pylist()
     assert [r.value for r in decoded] == table.column("value").to_pylist()

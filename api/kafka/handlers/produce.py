@@ -74,7 +74,7 @@ async def _queue(connection: Connection, topic_name: str, partition) -> _Queued 
                 batch.producer_id, batch.producer_epoch, batch.base_sequence, len(batch.records)
             )
         pending = await broker.submit(
-            topic_name, partition.index, list(batch.records), producer=producer, forward=False
+            topic_name, partition.index, batch.records, producer=producer, forward=False
         )
     except Exception as error:
         return error
