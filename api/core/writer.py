@@ -135,6 +135,8 @@ class PartitionWriter:
         self._upkeep: asyncio.Future | None = None
         self._catch_up_requested = False
         self._catch_up_asked_at = 0.0  # time.monotonic() of the last request
+        self._last_arrival = 0.0  # time.monotonic() of the last submit
+        self._arrival_gap_s = float("inf")  # between the last two submits
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def append(
@@ -165,6 +167,8 @@ class PartitionWriter:
         if self._closed:
             raise BrokerShuttingDown("The partition writer is closing; retry the request.")
         future = asyncio.get_running_loop().create_future()
+        now = time.monotonic()
+        self._arrival_gap_s, self._last_arrival = now - self._last_arrival, now
         self._queue.append(_Pending(records, size_bytes, future, producer, transaction))
         self._wakeup.set()
         return future
@@ -222,7 +226,7 @@ class PartitionWriter:
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
-            if self._limits.linger_ms and not self._closed and not self._worth_committing():
+            if self._worth_lingering():
                 await asyncio.sleep(self._limits.linger_ms / 1000)
             while self._queue:
                 if _plain(self._queue[0]):
@@ -235,10 +239,19 @@ class PartitionWriter:
             if self._closed:
                 return
 
+    def _worth_lingering(self) -> bool:
+        """The linger gathers small requests that arrive close together into one commit. It
+        is skipped when the queue already fills a good commit (a Kafka client's batch, a
+        1 000-record request would only wait for nothing), and when requests come further
+        apart than the linger (a producer waiting for each acknowledgement: the next request
+        will not come before this one is answered)."""
+        linger_s = self._limits.linger_ms / 1000
+        if not linger_s or self._closed or self._arrival_gap_s >= linger_s:
+            return False
+        return not self._worth_committing()
+
     def _worth_committing(self) -> bool:
-        """A queue that already fills a good commit goes without the linger: the linger gathers
-        small requests into one commit, and a large one (a Kafka client's batch, a 1 000-record
-        request) only waited 2 ms more for nothing."""
+        """The queue holds LINGER_SKIP_BYTES or more."""
         queued_bytes = 0
         for pending in self._queue:
             queued_bytes += pending.size_bytes

@@ -27,8 +27,12 @@ ProducerColumns = Sequence[tuple[int, int, int] | None]
 RECORDS_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in RECORD_COLUMNS])
 
 
+_EMPTY_RECORDS = RECORDS_SCHEMA.empty_table()
+
+
 def empty_records() -> pa.Table:
-    return RECORDS_SCHEMA.empty_table()
+    """No records (one shared immutable table: a long poll's empty answers are frequent)."""
+    return _EMPTY_RECORDS
 
 
 def first_offset_at_or_after(table: pa.Table, timestamp_ms: int) -> int | None:

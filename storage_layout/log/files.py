@@ -17,6 +17,23 @@ from storage_layout.log.snapshot import DataFile
 from storage_layout.schema import FILE_SCHEMA, PARTITION_COLUMN
 from storage_layout.store import Store, read_parquet, write_parquet
 
+# An append writes one file per commit, on the produce path: Snappy costs a third of zstd's
+# fixed cost per file (0.12 against 0.31 ms for one record, 0.2 against 0.53 for 1 000). Merges
+# and maintenance rewrite the data into zstd, its long-lived form. Both are read everywhere.
+APPEND_CODEC = "snappy"
+STORED_CODEC = "zstd"
+# Dictionaries only where values repeat; a random value column only pays for one that fails.
+_DICTIONARY_COLUMNS = (
+    "timestamp_type",
+    "key",
+    "producer_id",
+    "producer_epoch",
+    "headers.list.element.key",
+)
+# Parquet statistics for what readers filter row groups on; Delta's own file statistics
+# (file_stats) serve data skipping and the producer scan.
+_STATISTICS_COLUMNS = ("offset", "timestamp")
+
 
 @dataclass(frozen=True, slots=True)
 class WrittenFile:
@@ -27,16 +44,29 @@ class WrittenFile:
 
 
 def write_data_file(
-    store: Store, table: pa.Table, segment: int, now_ms: int, *, data_change: bool = True
+    store: Store,
+    table: pa.Table,
+    segment: int,
+    now_ms: int,
+    *,
+    data_change: bool = True,
+    codec: str = STORED_CODEC,
 ) -> WrittenFile:
     """Write `table` (every file column, offsets ascending) as a new file of `segment`.
 
     Raises:
         StorageUnavailable: the store could not be written.
     """
-    relative = f"{PARTITION_COLUMN}={segment}/part-{uuid.uuid4().hex}.zstd.parquet"
+    relative = f"{PARTITION_COLUMN}={segment}/part-{uuid.uuid4().hex}.{codec}.parquet"
     try:
-        size = write_parquet(store, relative, table)
+        size = write_parquet(
+            store,
+            relative,
+            table,
+            compression=codec,
+            use_dictionary=list(_DICTIONARY_COLUMNS),
+            write_statistics=list(_STATISTICS_COLUMNS),
+        )
     except OSError as error:
         raise StorageUnavailable(f"Cannot write {store.uri}/{relative}: {error}") from error
     offsets = table.column("offset")

@@ -32,6 +32,7 @@ from storage_layout.errors import (
 from storage_layout.log import housekeeping, producer_scan, reads, replay
 from storage_layout.log.arrow_records import ProducerColumns, records_to_arrow
 from storage_layout.log.files import (
+    APPEND_CODEC,
     WrittenFile,
     delete_uncommitted,
     read_whole_file,
@@ -345,7 +346,7 @@ class DeltaPartitionLog:
         base_offset = snapshot.high_watermark
         segment = _segment_for_append(snapshot, base_offset, config, now_ms)
         table = records_to_arrow(records, base_offset, now_ms, config.log_append_time, producers)
-        written = write_data_file(self._store, table, segment, now_ms)
+        written = write_data_file(self._store, table, segment, now_ms, codec=APPEND_CODEC)
         return StagedAppend(written, table, base_offset, base_offset + len(records) - 1, now_ms)
 
     def discard_staged(self, staged: StagedAppend) -> None:

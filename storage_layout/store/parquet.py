@@ -8,10 +8,11 @@ import pyarrow.parquet as pq
 from storage_layout.store.base import Store
 
 
-def write_parquet(store: Store, path: str, table: pa.Table) -> int:
-    """Write `table` as a zstd Parquet file at `path`; its size in bytes."""
+def write_parquet(store: Store, path: str, table: pa.Table, **options) -> int:
+    """Write `table` as a Parquet file at `path` (zstd unless `options`, pyarrow's
+    write_table arguments, say otherwise); its size in bytes."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, **({"compression": "zstd"} | options))
     data = sink.getvalue().to_pybytes()
     store.put(path, data)
     return len(data)

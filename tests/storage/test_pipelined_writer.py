@@ -203,3 +203,47 @@ def test_a_merge_whose_files_went_is_dropped(table_uri):
     assert not log.merge_pending
     assert len(log.snapshot.files) == COMPACT_FILES_MIN  # 31 left + the new one
     assert stored(table_uri)[0][0] == 1
+
+
+def lingering_writer(log: DeltaPartitionLog, executor, linger_ms: int) -> PartitionWriter:
+    limits = CommitLimits(linger_ms=linger_ms, records_max=10_000, bytes_max=10**8)
+    return PartitionWriter(log, config=lambda: CONFIG, executor=executor, limits=limits)
+
+
+def test_requests_arriving_together_share_one_commit(table_uri):
+    log = DeltaPartitionLog.open(table_uri)
+    before = log.snapshot.table_version
+
+    async def main():
+        with ThreadPoolExecutor(2) as executor:
+            writer = lingering_writer(log, executor, linger_ms=200)
+            try:
+                first = writer.submit([NewRecord(None, b"first")], 5)
+                await asyncio.sleep(0)
+                pending = [writer.submit([NewRecord(None, b"%d" % i)], 1) for i in range(3)]
+                return await asyncio.gather(first, *pending)
+            finally:
+                await writer.close()
+
+    acks = asyncio.run(main())
+    assert [ack.base_offset for ack in acks] == [0, 1, 2, 3]
+    # The first, alone after a quiet spell, was committed at once; the three that followed it
+    # closely went together in the next commit.
+    assert log.snapshot.table_version == before + 2
+
+
+def test_a_request_after_a_quiet_spell_is_not_held_by_the_linger(table_uri):
+    """A producer that waits for each acknowledgement sends nothing during the linger: a
+    request that comes alone is committed without it (here a linger of a minute)."""
+    log = DeltaPartitionLog.open(table_uri)
+
+    async def main():
+        with ThreadPoolExecutor(2) as executor:
+            writer = lingering_writer(log, executor, linger_ms=60_000)
+            try:
+                pending = writer.submit([NewRecord(None, b"alone")], 5)
+                return await asyncio.wait_for(pending, timeout=20)
+            finally:
+                await writer.close()
+
+    assert asyncio.run(main()).base_offset == 0
