@@ -16,6 +16,12 @@ HEADERS_TYPE = pa.list_(pa.field("element", HEADER_TYPE))
 TIMESTAMP_TYPE_CREATE_TIME = 0
 TIMESTAMP_TYPE_LOG_APPEND_TIME = 1
 
+# The `control` column of a transaction marker (Kafka's ControlRecordType; FORMAT.md §14).
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+# Columns added after the first tables were written: older files lack them (read as null).
+TRANSACTION_COLUMNS = ("transactional", "control")
+
 PARTITION_COLUMN = "segment"
 LOG_APP_ID = "log"  # txn app id whose version is the last assigned offset (the offset CAS)
 # txn app id whose version names the partition's leader: epoch * NODE_IDS + node_id.
@@ -36,6 +42,8 @@ PARTITION_SCHEMA = pa.schema(
         pa.field("producer_id", pa.int64()),
         pa.field("producer_epoch", pa.int16()),
         pa.field("sequence", pa.int32()),
+        pa.field("transactional", pa.bool_()),
+        pa.field("control", pa.int8()),
         pa.field(PARTITION_COLUMN, pa.int64(), nullable=False),
     ]
 )

@@ -18,10 +18,12 @@ from storage_layout.schema import (
     TIMESTAMP_TYPE,
     TIMESTAMP_TYPE_CREATE_TIME,
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
+    TRANSACTION_COLUMNS,
 )
 
-# Per record: (producer_id, producer_epoch, sequence), or None for a non-idempotent record.
-ProducerColumns = Sequence[tuple[int, int, int] | None]
+# Per record: (producer_id, producer_epoch, sequence) or (..., transactional), or None for a
+# record of no idempotent producer.
+ProducerColumns = Sequence[tuple[int, int, int] | tuple[int, int, int, bool] | None]
 
 
 RECORDS_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in RECORD_COLUMNS])
@@ -115,20 +117,64 @@ def records_to_arrow(
 
 
 def _producer_arrays(producers: ProducerColumns | None, count: int) -> list[pa.Array]:
+    """producer_id, producer_epoch, sequence, transactional and control (null: data)."""
+    control = pa.nulls(count, pa.int8())
     if producers is None or all(p is None for p in producers):
         return [
             pa.nulls(count, pa.int64()),
             pa.nulls(count, pa.int16()),
             pa.nulls(count, pa.int32()),
+            pa.nulls(count, pa.bool_()),
+            control,
         ]
     if len(producers) != count:
         raise ValueError("producers needs one entry per record")
-    ids, epochs, sequences = zip(*(p or (None, None, None) for p in producers), strict=True)
+    ids, epochs, sequences, transactional = zip(*(_four(p) for p in producers), strict=True)
     return [
         pa.array(ids, pa.int64()),
         pa.array(epochs, pa.int16()),
         pa.array(sequences, pa.int32()),
+        pa.array(transactional, pa.bool_()),
+        control,
     ]
+
+
+def _four(producer) -> tuple:
+    if producer is None:
+        return None, None, None, None
+    if len(producer) == 3:
+        return (*producer, None)
+    producer_id, epoch, sequence, transactional = producer
+    return producer_id, epoch, sequence, True if transactional else None
+
+
+def marker_table(offset: int, producer_id: int, epoch: int, control: int, now_ms: int) -> pa.Table:
+    """A transaction marker (FORMAT.md §14): one control row of every file column."""
+    columns = {
+        "offset": pa.array([offset], pa.int64()),
+        "timestamp": pa.array([now_ms * 1000], TIMESTAMP_TYPE),
+        "timestamp_type": pa.array([TIMESTAMP_TYPE_LOG_APPEND_TIME], pa.int8()),
+        "key": pa.nulls(1, pa.binary()),
+        "value": pa.nulls(1, pa.binary()),
+        "headers": pa.nulls(1, HEADERS_TYPE),
+        "producer_id": pa.array([producer_id], pa.int64()),
+        "producer_epoch": pa.array([epoch], pa.int16()),
+        "sequence": pa.nulls(1, pa.int32()),
+        "transactional": pa.array([True], pa.bool_()),
+        "control": pa.array([control], pa.int8()),
+    }
+    return pa.Table.from_pydict(columns, schema=FILE_SCHEMA)
+
+
+def with_transaction_columns(table: pa.Table) -> pa.Table:
+    """`table` with the transaction columns, as nulls when a file from before them lacks
+    them (FORMAT.md §14)."""
+    for name in TRANSACTION_COLUMNS:
+        if name not in table.column_names:
+            table = table.append_column(
+                FILE_SCHEMA.field(name), pa.nulls(table.num_rows, FILE_SCHEMA.field(name).type)
+            )
+    return table
 
 
 def file_stats(table: pa.Table) -> str:
@@ -149,6 +195,9 @@ def file_stats(table: pa.Table) -> str:
     # records (nullCount == numRecords).
     producer_ids = table.column("producer_id")
     stats["nullCount"]["producer_id"] = producer_ids.null_count
+    # ...and these let the transaction index rebuild read only files with transactions.
+    for name in TRANSACTION_COLUMNS:
+        stats["nullCount"][name] = table.column(name).null_count
     if producer_ids.null_count < table.num_rows:
         id_bounds = pc.min_max(producer_ids)
         stats["minValues"]["producer_id"] = id_bounds["min"].as_py()

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from storage_layout import log_commit
 from storage_layout.errors import StorageUnavailable
-from storage_layout.log.arrow_records import file_stats
+from storage_layout.log.arrow_records import file_stats, with_transaction_columns
 from storage_layout.log.snapshot import DataFile
 from storage_layout.schema import FILE_SCHEMA, PARTITION_COLUMN
 from storage_layout.store import Store, read_parquet, write_parquet
@@ -95,9 +95,13 @@ def read_columns(store: Store, data_file: DataFile, columns: list[str]) -> pa.Ta
         StorageUnavailable: it could not be read.
     """
     try:
-        return read_parquet(store, data_file.path, columns)
+        table = read_parquet(store, data_file.path, columns)
     except OSError as error:
         raise StorageUnavailable(f"Cannot read {store.uri}/{data_file.path}: {error}") from error
+    if table.num_columns == len(columns):
+        return table
+    # A file from before the transaction columns lacks them (pyarrow leaves them out).
+    return with_transaction_columns(table).select(columns)
 
 
 def read_whole_file(store: Store, data_file: DataFile) -> pa.Table:

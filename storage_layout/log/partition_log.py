@@ -30,7 +30,7 @@ from storage_layout.errors import (
     StorageUnavailable,
 )
 from storage_layout.log import housekeeping, producer_scan, reads, replay
-from storage_layout.log.arrow_records import ProducerColumns, records_to_arrow
+from storage_layout.log.arrow_records import ProducerColumns, marker_table, records_to_arrow
 from storage_layout.log.files import (
     APPEND_CODEC,
     WrittenFile,
@@ -334,6 +334,27 @@ class DeltaPartitionLog:
         in a row per commit become one on the critical path)."""
         if not records:
             raise ValueError("append needs at least one record")
+
+        def build(base_offset: int, now_ms: int) -> pa.Table:
+            log_append_time = config.log_append_time
+            return records_to_arrow(records, base_offset, now_ms, log_append_time, producers)
+
+        return self._stage(build, config=config, now_ms=now_ms, after=after)
+
+    def append_marker(
+        self, producer_id: int, epoch: int, control: int, *, config: TopicConfig
+    ) -> AppendResult:
+        """Append a transaction marker (FORMAT.md §14: `control` CONTROL_COMMIT or
+        CONTROL_ABORT for the producer's open transaction) in a commit of its own."""
+
+        def build(base_offset: int, now_ms: int) -> pa.Table:
+            return marker_table(base_offset, producer_id, epoch, control, now_ms)
+
+        return self.commit_staged(self._stage(build, config=config, now_ms=None, after=None))
+
+    def _stage(self, build, *, config: TopicConfig, now_ms: int | None, after) -> StagedAppend:
+        """Write the data file `build(base_offset, now_ms)` makes, at the high watermark (or
+        after `after`), in the segment the append belongs to."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         snapshot = self._snapshot
         if after is not None and snapshot.high_watermark <= after.last_offset:
@@ -345,9 +366,9 @@ class DeltaPartitionLog:
             )
         base_offset = snapshot.high_watermark
         segment = _segment_for_append(snapshot, base_offset, config, now_ms)
-        table = records_to_arrow(records, base_offset, now_ms, config.log_append_time, producers)
+        table = build(base_offset, now_ms)
         written = write_data_file(self._store, table, segment, now_ms, codec=APPEND_CODEC)
-        return StagedAppend(written, table, base_offset, base_offset + len(records) - 1, now_ms)
+        return StagedAppend(written, table, base_offset, base_offset + table.num_rows - 1, now_ms)
 
     def discard_staged(self, staged: StagedAppend) -> None:
         """Delete the data file of a staged append that will not be committed."""

@@ -1,0 +1,52 @@
+"""FORMAT.md §14's query for plain Delta readers, run by Spark on a partition table with
+committed, aborted and still open transactions: only committed and plain records remain."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage_layout.log import DeltaPartitionLog
+from storage_layout.records import NewRecord
+from storage_layout.schema import CONTROL_ABORT, CONTROL_COMMIT
+from storage_layout.topic_config import TopicConfig
+
+pytestmark = pytest.mark.spark
+
+CONFIG = TopicConfig()
+COMMITTED_VIEW = """
+SELECT value FROM (
+  SELECT *, first(control, true) OVER (
+      PARTITION BY producer_id, transactional ORDER BY offset
+      ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS fate
+  FROM delta.`{uri}`)
+WHERE control IS NULL AND (transactional IS NULL OR NOT transactional OR fate = 1)
+ORDER BY offset
+"""
+
+
+def test_the_committed_view_keeps_committed_and_plain_records_only(spark, tmp_path):
+    uri = str(tmp_path / "t" / "0")
+    DeltaPartitionLog.create(uri)
+    log = DeltaPartitionLog.open(uri)
+
+    def txn(producer: int, sequence: int, *names: str) -> None:
+        producers = [(producer, 0, sequence + i, True) for i in range(len(names))]
+        log.append([NewRecord(None, n.encode()) for n in names], config=CONFIG, producers=producers)
+
+    txn(1, 0, "p1-committed-a")
+    txn(2, 0, "p2-aborted")
+    log.append([NewRecord(None, b"plain")], config=CONFIG)
+    txn(1, 1, "p1-committed-b")
+    log.append_marker(2, 0, CONTROL_ABORT, config=CONFIG)
+    log.append_marker(1, 0, CONTROL_COMMIT, config=CONFIG)
+    txn(2, 1, "p2-committed")
+    txn(1, 2, "p1-open")
+    log.append_marker(2, 0, CONTROL_COMMIT, config=CONFIG)
+
+    rows = spark.sql(COMMITTED_VIEW.format(uri=uri)).collect()
+    assert [bytes(row.value).decode() for row in rows] == [
+        "p1-committed-a",
+        "plain",
+        "p1-committed-b",
+        "p2-committed",
+    ]
