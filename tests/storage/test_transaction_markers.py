@@ -48,9 +48,7 @@ def test_markers_take_offsets_after_the_transactions_records(log):
     log.append(values("c"), config=CONFIG, producers=transactional(2, 1))
     log.append_marker(PRODUCER, EPOCH, CONTROL_ABORT, config=CONFIG)
     assert (marker.base_offset, marker.last_offset) == (3, 3)
-    assert [
-        (r["offset"], r["value"], r["transactional"], r["control"]) for r in stored(log)
-    ] == [
+    assert [(r["offset"], r["value"], r["transactional"], r["control"]) for r in stored(log)] == [
         (0, b"a", True, None),
         (1, b"b", True, None),
         (2, b"plain", None, None),
