@@ -215,6 +215,8 @@ def _partition_frame(
     table = spark.read.format("delta").option("versionAsOf", offsets.table_version).load(uri)
     offset = F.col("offset")
     rows = table.where((offset >= offsets.start) & (offset < offsets.end))
+    if "control" in table.columns:  # transaction markers are not records (FORMAT.md §14)
+        rows = rows.where(F.col("control").isNull())
     columns = [
         F.col("key"),
         F.col("value"),

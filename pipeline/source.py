@@ -336,7 +336,10 @@ def _split(topic: str, partition: int, table_uri: str, files: list[FileSlice]) -
 # ---- reading (executors) ---------------------------------------------------------------------
 
 
-_READ_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in RECORD_COLUMNS])
+# The records and `control`, which tells transaction markers apart (FORMAT.md §14): they are not
+# records to Spark's Kafka source either. Older files lack it; the scan reads it as null.
+_READ_COLUMNS = [*RECORD_COLUMNS, "control"]
+_READ_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in _READ_COLUMNS])
 
 
 def read_split(split: OffsetSplit, *, include_headers: bool) -> Iterator[pa.RecordBatch]:
@@ -350,8 +353,12 @@ def read_split(split: OffsetSplit, *, include_headers: bool) -> Iterator[pa.Reco
     for piece in split.files:
         table = pq.read_table(
             table_store.open_input(piece.path),
-            columns=list(RECORD_COLUMNS),
-            filters=[("offset", ">=", piece.start), ("offset", "<", piece.end)],
+            columns=_READ_COLUMNS,
+            filters=(
+                (pc.field("offset") >= piece.start)
+                & (pc.field("offset") < piece.end)
+                & pc.field("control").is_null()
+            ),
             # Files rewritten by delta-rs (DELETE, OPTIMIZE) store binary_view/string_view,
             # which pyarrow cannot filter: the scan casts them to the table's types first.
             schema=_READ_SCHEMA,

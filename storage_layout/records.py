@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+
+from storage_layout.schema import RECORD_COLUMNS, TRANSACTIONAL_RECORD_COLUMNS
 
 Header = tuple[str, bytes | None]
 
@@ -102,13 +105,37 @@ class AppendResult:
     segment: int
 
 
+class Isolation(enum.Enum):
+    """How a read treats transactions (FORMAT.md §14)."""
+
+    # Data records only, markers left out (readers that know nothing of transactions yet).
+    PLAIN = "plain"
+    # Every row, markers included, with the transaction columns (a Kafka read_uncommitted
+    # fetch, which frames markers as control batches).
+    UNCOMMITTED = "read_uncommitted"
+    # As UNCOMMITTED, below the last stable offset, with the aborted transactions of the range
+    # (a Kafka read_committed fetch: the client skips the aborted records).
+    COMMITTED = "read_committed"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return RECORD_COLUMNS if self is Isolation.PLAIN else TRANSACTIONAL_RECORD_COLUMNS
+
+    @property
+    def needs_index(self) -> bool:
+        return self is Isolation.COMMITTED
+
+
 @dataclass(frozen=True, slots=True)
 class FetchResult:
-    """Records (Arrow columns offset, timestamp, timestamp_type, key, value, headers) and bounds."""
+    """Records (Arrow columns of `Isolation.columns`) and bounds. `last_stable_offset` and
+    `aborted` (AbortedTransaction entries of the range read) are set by COMMITTED reads."""
 
     records: pa.Table
     log_start_offset: int
     high_watermark: int
+    last_stable_offset: int | None = None
+    aborted: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)

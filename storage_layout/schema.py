@@ -64,3 +64,11 @@ NEW_RECORDS_SCHEMA = pa.schema(
 
 # The columns a fetch returns (producer state stays internal).
 RECORD_COLUMNS = ("offset", "timestamp", "timestamp_type", "key", "value", "headers")
+# ...and those a Kafka fetch also needs to frame transactional batches and markers.
+TRANSACTIONAL_RECORD_COLUMNS = (
+    *RECORD_COLUMNS,
+    "producer_id",
+    "producer_epoch",
+    "transactional",
+    "control",
+)

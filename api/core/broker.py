@@ -644,6 +644,7 @@ class Broker:
             offset=request.offset,
             records_max=self.settings.fetch_records_max,
             bytes_max=request.bytes_max,
+            isolation=request.isolation,
         )
 
     async def record_at(self, topic_name: str, partition: int, offset: int) -> FetchResult:
@@ -677,6 +678,7 @@ class Broker:
             from_offset=request.offset,
             records_max=self.settings.fetch_records_max,
             bytes_max=request.bytes_max,
+            isolation=request.isolation,
         )
 
 

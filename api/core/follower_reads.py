@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from storage_layout import paths
 from storage_layout.errors import OffsetOutOfRange, StorageError
 from storage_layout.log import DeltaPartitionLog
-from storage_layout.records import FetchResult
+from storage_layout.records import FetchResult, Isolation
 
 REFRESH_MS = 500
 PartitionKey = tuple[str, int]
@@ -36,7 +36,14 @@ class FollowerReads:
         self._locks: dict[PartitionKey, asyncio.Lock] = {}
 
     async def read(
-        self, topic: str, partition: int, *, offset: int, records_max: int, bytes_max: int
+        self,
+        topic: str,
+        partition: int,
+        *,
+        offset: int,
+        records_max: int,
+        bytes_max: int,
+        isolation: Isolation = Isolation.PLAIN,
     ) -> FetchResult | None:
         """Committed records from `offset`, or None when the leader should answer: the
         offset is at or past this node's view of the high watermark, below its log start, or
@@ -48,7 +55,11 @@ class FollowerReads:
             if not bounds.log_start_offset <= offset < bounds.high_watermark:
                 return None
             return await self._blocking(
-                log.read, from_offset=offset, records_max=records_max, bytes_max=bytes_max
+                log.read,
+                from_offset=offset,
+                records_max=records_max,
+                bytes_max=bytes_max,
+                isolation=isolation,
             )
         except (StorageError, OffsetOutOfRange):
             self._logs.pop(key, None)  # open afresh next time; the leader answers this one

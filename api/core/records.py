@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from api.core.errors import InvalidProducerRequest
 from storage_layout.producer_state import ProducerBatch, check_batch_shape
-from storage_layout.records import NewRecord
+from storage_layout.records import Isolation, NewRecord
 
 ACKS_NONE = "0"  # answer once queued
 ACKS_ALL = "all"  # answer after the durable Delta commit ("1" and "-1" mean the same here)
@@ -74,3 +74,4 @@ class FetchRequest:
     offset: int
     bytes_max: int
     timeout_ms: int
+    isolation: Isolation = Isolation.PLAIN

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import gzip
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cramjam
 import pyarrow as pa
-import pyarrow.compute as pc
 from crc32c import crc32c
 
 from storage_layout.records import NewRecord, Records
@@ -34,9 +32,9 @@ MAGIC = 2
 LOG_OVERHEAD = 12
 # partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp,
 # producerId, producerEpoch, baseSequence, records count.
-_HEADER = struct.Struct(">ibIhiqqqhii")
-RECORDS_AT = LOG_OVERHEAD + _HEADER.size  # 61: where the (maybe compressed) records begin
-_CRC_FROM = 21  # the CRC covers attributes .. the end
+BATCH_HEADER = struct.Struct(">ibIhiqqqhii")
+RECORDS_AT = LOG_OVERHEAD + BATCH_HEADER.size  # 61: where the (maybe compressed) records begin
+CRC_FROM = 21  # the CRC covers attributes .. the end
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
@@ -87,7 +85,7 @@ def decode_batches(data: bytes | memoryview) -> list[DecodedBatch]:
             raise CorruptBatch(f"{len(view) - position} trailing bytes are not a record batch")
         (batch_length,) = struct.unpack_from(">i", view, position + 8)
         end = position + LOG_OVERHEAD + batch_length
-        if batch_length < _HEADER.size or end > len(view):
+        if batch_length < BATCH_HEADER.size or end > len(view):
             raise CorruptBatch(f"batch length {batch_length} does not fit the request")
         batches.append(_decode_batch(view[position:end]))
         position = end
@@ -107,10 +105,10 @@ def _decode_batch(view: memoryview) -> DecodedBatch:
         producer_epoch,
         base_sequence,
         count,
-    ) = _HEADER.unpack_from(view, LOG_OVERHEAD)
+    ) = BATCH_HEADER.unpack_from(view, LOG_OVERHEAD)
     if magic != MAGIC:
         raise CorruptBatch(f"record batch magic {magic}: only magic 2 (Kafka >= 0.11) is accepted")
-    if crc32c(view[_CRC_FROM:]) != crc:
+    if crc32c(view[CRC_FROM:]) != crc:
         raise CorruptBatch("record batch CRC32C mismatch: the batch was damaged in transit")
     if count < 0 or last_offset_delta != count - 1:
         raise CorruptBatch(f"{count} records but lastOffsetDelta {last_offset_delta}")
@@ -264,33 +262,6 @@ def _read_bytes(data: bytes, position: int) -> tuple[bytes | None, int]:
 # ---- encoding --------------------------------------------------------------------------------
 
 
-def encode_records(records: pa.Table) -> bytes:
-    """The records of a fetch (Arrow columns offset, timestamp, timestamp_type, key, value,
-    headers) as RecordBatch v2 bytes: one batch per run of records with one timestamp type."""
-    if not records.num_rows:
-        return b""
-    encode = encode_body_python if native_codec is None else native_codec.encode_records
-    types = records.column("timestamp_type")
-    return b"".join(
-        _frame(encode(records, start, stop), stop - start, log_append_time)
-        for start, stop, log_append_time in _runs(types)
-    )
-
-
-def _runs(types: pa.ChunkedArray) -> Iterator[tuple[int, int, bool]]:
-    """(start, stop, LogAppendTime?) of each run of one timestamp type."""
-    bounds = pc.min_max(types)
-    if bounds["min"] == bounds["max"]:  # one run: the usual case, found without a Python list
-        yield 0, len(types), bool(bounds["min"].as_py())
-        return
-    values = types.to_pylist()
-    start = 0
-    for index in range(1, len(values) + 1):
-        if index == len(values) or values[index] != values[start]:
-            yield start, index, bool(values[start])
-            start = index
-
-
 @dataclass(frozen=True, slots=True)
 class EncodedBody:
     """One batch's records section and what its header says about them (the Python reference
@@ -303,27 +274,15 @@ class EncodedBody:
     max_timestamp_ms: int
 
 
-def _frame(encoded, count: int, log_append_time: bool) -> bytes:
-    """A batch of `count` records around their encoded section: header, lengths, CRC. A
-    compacted table's offsets have gaps: lastOffsetDelta then spans more than `count`."""
-    header = _HEADER.pack(
-        0,  # partitionLeaderEpoch: lakelog's leader epochs are not Kafka's
-        MAGIC,
-        0,  # CRC, filled in below
-        TIMESTAMP_TYPE_BIT if log_append_time else 0,
-        encoded.last_offset - encoded.base_offset,
-        encoded.base_timestamp_ms,
-        encoded.max_timestamp_ms,
-        NO_PRODUCER_ID,
-        -1,
-        NO_SEQUENCE,
-        count,
-    )
-    batch = bytearray(struct.pack(">qi", encoded.base_offset, len(header) + len(encoded.body)))
-    batch += header
-    batch += encoded.body
-    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[_CRC_FROM:]))
-    return bytes(batch)
+def encode_control_record(records: pa.Table, row: int, control: int) -> EncodedBody:
+    """The marker at `row` as a control record: key (version 0, type), value (version 0,
+    coordinator epoch 0), as Kafka's EndTransactionMarker."""
+    offset = records.column("offset")[row].as_py()
+    timestamp_ms = records.column("timestamp")[row].value // 1000
+    body = bytearray()
+    key = struct.pack(">hh", 0, control)
+    _encode_record(body, 0, 0, key, struct.pack(">hi", 0, 0), None)
+    return EncodedBody(bytes(body), offset, offset, timestamp_ms, timestamp_ms)
 
 
 def encode_body_python(records: pa.Table, start: int, stop: int) -> EncodedBody:

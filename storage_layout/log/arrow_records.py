@@ -19,6 +19,7 @@ from storage_layout.schema import (
     TIMESTAMP_TYPE_CREATE_TIME,
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
     TRANSACTION_COLUMNS,
+    TRANSACTIONAL_RECORD_COLUMNS,
 )
 
 # Per record: (producer_id, producer_epoch, sequence) or (..., transactional), or None for a
@@ -27,6 +28,8 @@ ProducerColumns = Sequence[tuple[int, int, int] | tuple[int, int, int, bool] | N
 
 
 RECORDS_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in RECORD_COLUMNS])
+# What reads read: the records and the transaction columns (Isolation decides what is kept).
+READ_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in TRANSACTIONAL_RECORD_COLUMNS])
 
 
 _EMPTY_RECORDS = RECORDS_SCHEMA.empty_table()

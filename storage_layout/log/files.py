@@ -81,6 +81,7 @@ def write_data_file(
         now_ms,
         table.column("producer_id").null_count < table.num_rows,
         -(-max_micros // 1000),  # ceiled, as in the file's statistics (file_stats)
+        table.column("transactional").null_count < table.num_rows,
     )
     add = log_commit.add_action(
         relative, segment, size, now_ms, file_stats(table), data_change=data_change

@@ -52,11 +52,13 @@ from storage_layout.log.snapshot import (
     snapshot_from_state,
 )
 from storage_layout.log.tables import create_table
+from storage_layout.log.transaction_index import TransactionIndex
 from storage_layout.producer_state import ProducerStates
 from storage_layout.records import (
     AppendResult,
     AppTransaction,
     FetchResult,
+    Isolation,
     PartitionBounds,
     Records,
 )
@@ -127,6 +129,8 @@ class DeltaPartitionLog:
         # a commit made soon after cannot sit below a checkpoint (see _check_not_shadowed).
         self._latest_known_at = time.monotonic() if loaded_at is None else loaded_at
         self._reloads = 0  # how many times the snapshot was rebuilt from the table
+        # Open and aborted transactions, extended to each new snapshot when a reader asks.
+        self._transactions = TransactionIndex()
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -254,15 +258,38 @@ class DeltaPartitionLog:
         snapshot = self._snapshot
         return PartitionBounds(snapshot.log_start_offset, snapshot.high_watermark)
 
-    def read(self, *, from_offset: int, records_max: int, bytes_max: int) -> FetchResult:
+    def read(
+        self,
+        *,
+        from_offset: int,
+        records_max: int,
+        bytes_max: int,
+        isolation: Isolation = Isolation.PLAIN,
+    ) -> FetchResult:
         """Records from `from_offset` on (reads.read_records on the loaded snapshot)."""
+        snapshot = self._snapshot
+        index = self.transaction_index(snapshot) if isolation.needs_index else None
         return reads.read_records(
             self._store,
-            self._snapshot,
+            snapshot,
             from_offset=from_offset,
             records_max=records_max,
             bytes_max=bytes_max,
+            isolation=isolation,
+            transactions=index,
         )
+
+    def transaction_index(self, snapshot: LogSnapshot | None = None) -> TransactionIndex:
+        """The open and aborted transactions of `snapshot` (default: the loaded one), built
+        on from the last index with the rows of newer files only (FORMAT.md §14)."""
+        snapshot = self._snapshot if snapshot is None else snapshot
+        index = self._transactions
+        if index.indexed_to >= snapshot.high_watermark:
+            return index
+        rows = reads.transactional_rows_from(self._store, snapshot, index.indexed_to)
+        index = index.advanced(rows, snapshot.high_watermark)
+        self._transactions = index
+        return index
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """Kafka's ListOffsets by timestamp on the loaded snapshot (reads.offset_for_timestamp)."""

@@ -74,7 +74,8 @@ def _states(tables: list[pa.Table]) -> ProducerStates:
 
 def _producer_rows(store: Store, data_file: DataFile) -> pa.Table:
     table = read_columns(store, data_file, list(_PRODUCER_COLUMNS))
-    return table.filter(pc.is_valid(table.column("producer_id")))
+    # Transaction markers carry a producer id but no sequence: they are not producer batches.
+    return table.filter(pc.is_valid(table.column("sequence")))
 
 
 def _spans_from_rows(rows: dict[str, list]) -> list[tuple[int, CommittedSpan]]:

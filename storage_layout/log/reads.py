@@ -14,23 +14,38 @@ import pyarrow.parquet as pq
 
 from storage_layout.errors import OffsetOutOfRange, StorageUnavailable
 from storage_layout.log.arrow_records import (
-    RECORDS_SCHEMA,
-    empty_records,
+    READ_SCHEMA,
     first_offset_at_or_after,
     limit_bytes,
     payload_bytes,
 )
 from storage_layout.log.files import read_columns
 from storage_layout.log.snapshot import DataFile, LogSnapshot
-from storage_layout.records import FetchResult
-from storage_layout.schema import RECORD_COLUMNS
+from storage_layout.log.transaction_index import (
+    INDEX_COLUMNS,
+    TransactionIndex,
+    transactional_rows,
+)
+from storage_layout.records import FetchResult, Isolation
+from storage_layout.schema import TRANSACTIONAL_RECORD_COLUMNS
 from storage_layout.store import Store
+
+_READ_COLUMNS = list(TRANSACTIONAL_RECORD_COLUMNS)
+_EMPTY_READ = READ_SCHEMA.empty_table()
 
 
 def read_records(
-    store: Store, snapshot: LogSnapshot, *, from_offset: int, records_max: int, bytes_max: int
+    store: Store,
+    snapshot: LogSnapshot,
+    *,
+    from_offset: int,
+    records_max: int,
+    bytes_max: int,
+    isolation: Isolation = Isolation.PLAIN,
+    transactions: TransactionIndex | None = None,
 ) -> FetchResult:
-    """Records from `from_offset` on, at most `records_max`, about `bytes_max` of key+value.
+    """Records from `from_offset` on, at most `records_max`, about `bytes_max` of key+value,
+    as `isolation` says (COMMITTED needs `transactions`, the snapshot's index).
 
     At least one record is returned when one exists, even if it alone exceeds `bytes_max`
     (as Kafka does, so a large record never blocks a consumer).
@@ -42,13 +57,59 @@ def read_records(
     start, end = snapshot.log_start_offset, snapshot.high_watermark
     if from_offset < start or from_offset > end:
         raise OffsetOutOfRange(from_offset, start, end)
-    records = empty_records()
+    records = _EMPTY_READ
     if from_offset < end and records_max > 0:
         records = _read_tail(snapshot, from_offset, records_max)
         if records is None:
             records = _read_files(store, snapshot, from_offset, records_max, bytes_max)
         records = limit_bytes(records, bytes_max)
-    return FetchResult(records, start, end)
+    if isolation is Isolation.PLAIN:
+        return FetchResult(_without_markers(records), start, end)
+    if isolation is Isolation.UNCOMMITTED:
+        return FetchResult(records, start, end, end)
+    return _committed(records, start, end, from_offset, transactions)
+
+
+def _without_markers(records: pa.Table) -> pa.Table:
+    control = records.column("control")
+    if control.null_count != records.num_rows:
+        records = records.filter(pc.is_null(control))
+    return records.select(list(Isolation.PLAIN.columns))
+
+
+def _committed(records, start, end, from_offset, index: TransactionIndex) -> FetchResult:
+    """Records below the last stable offset, and the aborted transactions among them."""
+    stable = index.last_stable_offset(end)
+    if records.num_rows and records.column("offset")[-1].as_py() >= stable:
+        records = records.filter(pc.less(records.column("offset"), stable))
+    read_to = records.column("offset")[-1].as_py() + 1 if records.num_rows else from_offset
+    aborted = tuple(index.aborted_between(from_offset, read_to))
+    return FetchResult(records, start, end, stable, aborted)
+
+
+def transactional_rows_from(store: Store, snapshot: LogSnapshot, from_offset: int) -> pa.Table:
+    """The INDEX_COLUMNS of transactional rows at or above `from_offset`, offset order: the
+    tail from memory, other files (those whose statistics allow transactions) read."""
+    in_memory = {chunk.base_offset: chunk.records for chunk in snapshot.tail}
+    max_offsets = [f.max_offset for f in snapshot.files]
+    tables = []
+    for data_file in snapshot.files[bisect.bisect_left(max_offsets, from_offset) :]:
+        if not _may_hold_transactions(data_file):
+            continue
+        table = in_memory.get(data_file.min_offset)
+        if table is None:
+            table = read_columns(store, data_file, list(INDEX_COLUMNS))
+        tables.append(transactional_rows(table, from_offset))
+    if not tables:
+        return transactional_rows(_EMPTY_READ, from_offset)
+    return pa.concat_tables(tables)
+
+
+def _may_hold_transactions(data_file: DataFile) -> bool:
+    if data_file.has_transactions is not None:
+        return data_file.has_transactions
+    # Statistics from before the transaction columns: only a file with producer ids could.
+    return data_file.has_producer_ids is not False
 
 
 def _read_tail(snapshot: LogSnapshot, from_offset: int, records_max: int) -> pa.Table | None:
@@ -60,12 +121,12 @@ def _read_tail(snapshot: LogSnapshot, from_offset: int, records_max: int) -> pa.
         if last < from_offset:
             continue
         skip = max(0, from_offset - chunk.base_offset)
-        part = chunk.records.slice(skip, records_max - count).select(list(RECORD_COLUMNS))
+        part = chunk.records.slice(skip, records_max - count).select(_READ_COLUMNS)
         chunks.append(part)
         count += part.num_rows
         if count >= records_max:
             break
-    return pa.concat_tables(chunks) if chunks else empty_records()
+    return pa.concat_tables(chunks) if chunks else _EMPTY_READ
 
 
 def _read_files(
@@ -81,7 +142,7 @@ def _read_files(
         size += payload_bytes(table)
         if count >= records_max or size >= bytes_max:
             break
-    return pa.concat_tables(tables) if tables else empty_records()
+    return pa.concat_tables(tables) if tables else _EMPTY_READ
 
 
 def _read_file(store: Store, data_file: DataFile, from_offset: int) -> pa.Table:
@@ -96,9 +157,9 @@ def _read_file(store: Store, data_file: DataFile, from_offset: int) -> pa.Table:
         # columns, which the offset filter cannot evaluate before a cast.
         return pq.read_table(
             store.open_input(data_file.path),
-            columns=list(RECORD_COLUMNS),
+            columns=_READ_COLUMNS,
             filters=filters,
-            schema=RECORDS_SCHEMA,
+            schema=READ_SCHEMA,
         )
     except OSError as error:
         raise StorageUnavailable(f"Cannot read {store.uri}/{data_file.path}: {error}") from error
@@ -149,8 +210,8 @@ def _cached_records(store: Store, data_file: DataFile) -> pa.Table:
         try:
             table = pq.read_table(
                 store.open_input(data_file.path),
-                columns=list(RECORD_COLUMNS),
-                schema=RECORDS_SCHEMA,
+                columns=_READ_COLUMNS,
+                schema=READ_SCHEMA,
             )
         except OSError as error:
             raise StorageUnavailable(

@@ -37,6 +37,9 @@ class DataFile:
     # Timestamps are not monotonic in offsets (CreateTime), so only this bound lets
     # offset_for_timestamp skip a file.
     max_timestamp_ms: int | None = None
+    # Whether it holds transactional records or markers (None: the statistics do not say,
+    # e.g. a file from before the transaction columns).
+    has_transactions: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +207,7 @@ def _applied(state: TableState | None, version: int, actions: Sequence[dict]):
 def data_file_from_add(add: dict) -> DataFile:
     stats = json.loads(add["stats"])
     id_nulls = stats.get("nullCount", {}).get("producer_id")
+    transactional_nulls = stats.get("nullCount", {}).get("transactional")
     max_timestamp = stats.get("maxValues", {}).get("timestamp")
     return DataFile(
         path=file_path(add),
@@ -214,6 +218,9 @@ def data_file_from_add(add: dict) -> DataFile:
         size_bytes=add["size"],
         modification_time_ms=add["modificationTime"],
         has_producer_ids=None if id_nulls is None else id_nulls < stats["numRecords"],
+        has_transactions=(
+            None if transactional_nulls is None else transactional_nulls < stats["numRecords"]
+        ),
         max_timestamp_ms=None if max_timestamp is None else _iso_to_ms_ceiled(max_timestamp),
     )
 

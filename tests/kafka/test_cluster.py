@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.serial import entity_reader
 
 from api.core.cluster import preferred_node
-from api.kafka.codec import encode_records
+from api.kafka.fetch_batches import encode_records
 from api.kafka.messages import response_class
 from tests.gateway_process import start_gateway
 from tests.integration.test_cluster import CLUSTER_ENV, stop_nodes

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 from kio.index import load_request_schema
 from kio.serial import entity_reader, entity_writer
 
-from api.kafka.codec import encode_records
+from api.kafka.fetch_batches import encode_records
 from api.kafka.messages import build, response_class
 from tests.gateway_process import start_gateway
 from tests.kafka.test_clients import consume, create, produce_all

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.read import read_topic
+from pipeline.source import register_data_source
+from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
 from storage_layout.schema import CONTROL_ABORT, CONTROL_COMMIT
 from storage_layout.topic_config import TopicConfig
@@ -50,3 +54,24 @@ def test_the_committed_view_keeps_committed_and_plain_records_only(spark, tmp_pa
         "p1-committed-b",
         "p2-committed",
     ]
+
+
+def test_spark_readers_of_a_topic_never_return_markers(spark, tmp_path):
+    """read_topic and format("lakelog") return records as Spark's Kafka source does
+    (read_uncommitted): the aborted record is there, the two markers are not."""
+    root = str(tmp_path / "root")
+    TopicCatalog(root).create_topic("txns", 1, CONFIG)
+    log = DeltaPartitionLog.open(partition_table_uri(root, "txns", 0))
+    producers = [(1, 0, 0, True)]
+    log.append([NewRecord(None, b"aborted")], config=CONFIG, producers=producers)
+    log.append_marker(1, 0, CONTROL_ABORT, config=CONFIG)
+    log.append([NewRecord(None, b"plain")], config=CONFIG)
+    log.append([NewRecord(None, b"committed")], config=CONFIG, producers=[(2, 0, 0, True)])
+    log.append_marker(2, 0, CONTROL_COMMIT, config=CONFIG)
+    expected = [(0, b"aborted"), (2, b"plain"), (3, b"committed")]
+
+    rows = read_topic(spark, root, "txns").orderBy("offset").collect()
+    assert [(row.offset, bytes(row.value)) for row in rows] == expected
+    register_data_source(spark)
+    rows = spark.read.format("lakelog").option("subscribe", "txns").load(root).collect()
+    assert sorted((row.offset, bytes(row.value)) for row in rows) == expected

@@ -11,7 +11,8 @@ from deltalake import DeltaTable
 from storage_layout.log import DeltaPartitionLog
 from storage_layout.log.files import read_columns
 from storage_layout.log.snapshot import DataFile
-from storage_layout.records import NewRecord
+from storage_layout.log.transaction_index import AbortedTransaction
+from storage_layout.records import Isolation, NewRecord
 from storage_layout.schema import CONTROL_ABORT, CONTROL_COMMIT, FILE_SCHEMA
 from storage_layout.store import open_store, write_parquet
 from storage_layout.topic_config import TopicConfig
@@ -79,3 +80,60 @@ def test_a_file_from_before_the_transaction_columns_reads_them_as_null(tmp_path)
         {"offset": 0, "transactional": None, "control": None},
         {"offset": 1, "transactional": None, "control": None},
     ]
+
+
+def mixed_partition(log: DeltaPartitionLog) -> None:
+    """0 plain | 1-2 producer 1's transaction | 3 producer 2's | 4 ABORT of 2 | 5 producer 3's,
+    left open | 6 COMMIT of 1 | 7 plain."""
+
+    def txn(producer: int, sequence: int, *names: str) -> None:
+        producers = [(producer, 0, sequence + i, True) for i in range(len(names))]
+        log.append(values(*names), config=CONFIG, producers=producers)
+
+    log.append(values("plain-0"), config=CONFIG)
+    txn(1, 0, "p1-a", "p1-b")
+    txn(2, 0, "p2")
+    log.append_marker(2, 0, CONTROL_ABORT, config=CONFIG)
+    txn(3, 0, "p3-open")
+    log.append_marker(1, 0, CONTROL_COMMIT, config=CONFIG)
+    log.append(values("plain-7"), config=CONFIG)
+
+
+def read(log: DeltaPartitionLog, isolation: Isolation, from_offset: int = 0):
+    return log.read(from_offset=from_offset, records_max=100, bytes_max=10**6, isolation=isolation)
+
+
+def test_each_isolation_reads_what_it_promises(log):
+    mixed_partition(log)
+    plain = read(log, Isolation.PLAIN)
+    assert plain.records.column("offset").to_pylist() == [0, 1, 2, 3, 5, 7]  # no markers
+    assert plain.records.column_names == list(Isolation.PLAIN.columns)
+    uncommitted = read(log, Isolation.UNCOMMITTED)
+    assert uncommitted.records.column("offset").to_pylist() == list(range(8))
+    assert uncommitted.records.column("control").to_pylist()[4:7] == [0, None, 1]
+    committed = read(log, Isolation.COMMITTED)
+    assert committed.last_stable_offset == 5  # producer 3's open transaction
+    assert committed.records.column("offset").to_pylist() == [0, 1, 2, 3, 4]
+    assert committed.aborted == (AbortedTransaction(2, 3, 4),)
+    assert read(log, Isolation.COMMITTED, from_offset=5).aborted == ()
+
+
+def test_the_index_rebuilt_from_the_files_matches_the_one_kept_while_appending(log):
+    log.append(values("x"), config=CONFIG, producers=transactional(0, 1))
+    kept_early = log.transaction_index()
+    assert kept_early.last_stable_offset(log.snapshot.high_watermark) == 0
+    mixed_partition(log)
+    kept = log.transaction_index()
+    rebuilt = DeltaPartitionLog.open(log.table_uri).transaction_index()
+    assert rebuilt == kept
+    # Producer 7's transaction (offset 0) and producer 3's are open; 2's was aborted.
+    assert dict(kept.open_first_offsets) == {PRODUCER: 0, 3: 6}
+    assert kept.aborted == (AbortedTransaction(2, 4, 5),)
+
+
+def test_markers_are_not_producer_batches_when_the_state_is_rebuilt(log):
+    log.append(values("a"), config=CONFIG, producers=transactional(0, 1))
+    log.append_marker(PRODUCER, EPOCH, CONTROL_COMMIT, config=CONFIG)
+    reopened = DeltaPartitionLog.open(log.table_uri)
+    entry = reopened.producer_states().entry(PRODUCER)
+    assert (entry.epoch, entry.last_sequence) == (EPOCH, 0)

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 from crc32c import crc32c
 
-from api.kafka.codec import CorruptBatch, UnsupportedCodec, decode_batches, encode_records
+from api.kafka.codec import CorruptBatch, UnsupportedCodec, decode_batches
+from api.kafka.fetch_batches import encode_records
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 

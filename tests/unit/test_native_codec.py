@@ -11,6 +11,7 @@ import pytest
 
 from api.kafka import codec, native_codec
 from api.kafka.codec import CorruptBatch
+from api.kafka.fetch_batches import encode_records
 from storage_layout.log.arrow_records import records_to_arrow
 from storage_layout.records import NewRecord, RecordColumns, records_size_bytes
 
@@ -152,7 +153,7 @@ def test_both_encoders_write_the_same_bytes():
 def test_encoded_batches_decode_to_the_fetched_records():
     rng = random.Random(18)
     table = fetched_table(rng, 50)
-    batches = codec.decode_batches(codec.encode_records(table))
+    batches = codec.decode_batches(encode_records(table))
     decoded = [record for batch in batches for record in batch.records.to_records()]
     assert [r.key for r in decoded] == table.column("key").to_pylist()
     assert [r.value for r in decoded] == table.column("value").to_pylist()

@@ -6,7 +6,10 @@ table (KIP-392's follower fetching) and answers NOT_LEADER_OR_FOLLOWER only at t
 Sessions (KIP-227, api/kafka/fetch_sessions.py): a client that opens one sends its
 partitions once, then only changes; an incremental answer carries only the partitions with
 records, errors or new bounds.
-`isolation_level` is accepted; with no transactions yet, every record is committed.
+Transactions (FORMAT.md §14): every fetch frames a transaction's records as transactional
+batches of their producer and each marker as a control batch, so clients skip markers; with
+`isolation_level=read_committed` records stop at the last stable offset and the answer lists
+the aborted transactions of the range read, which the client skips.
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from api.core.records import FetchRequest
-from api.kafka.codec import encode_records
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code
+from api.kafka.fetch_batches import encode_records
 from api.kafka.fetch_sessions import FetchSessionError
 from storage_layout.errors import OffsetOutOfRange
+from storage_layout.records import FetchResult, Isolation
+
+READ_COMMITTED = 1  # Fetch's isolation_level
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +36,7 @@ class _Wanted:
     partition: int
     offset: int
     bytes_max: int
+    isolation: Isolation = Isolation.UNCOMMITTED
 
 
 async def fetch(connection: Connection, request, version: int) -> dict:
@@ -37,7 +44,8 @@ async def fetch(connection: Connection, request, version: int) -> dict:
         plan = connection.fetch_sessions.plan(request)
     except FetchSessionError as error:
         return {"throttle_time": 0, "error_code": error.code, "session_id": 0, "responses": []}
-    wanted = [_Wanted(*item) for item in plan.wanted]
+    isolation = _isolation(request)
+    wanted = [_Wanted(*item, isolation) for item in plan.wanted]
     max_wait_ms = min(_ms(request.max_wait), connection.settings.fetch_timeout_ms_max)
     deadline = time.monotonic() + max_wait_ms / 1000
     keys = [(w.topic, w.partition) for w in wanted]
@@ -80,7 +88,7 @@ async def _read_all(connection: Connection, wanted: list[_Wanted], total_max: in
 
 
 async def _read_one(connection: Connection, item: _Wanted, bytes_max: int) -> dict:
-    request = FetchRequest(item.topic, item.partition, item.offset, bytes_max, 0)
+    request = FetchRequest(item.topic, item.partition, item.offset, bytes_max, 0, item.isolation)
     try:
         connection.check("READ", "topic", item.topic)
         result = await connection.broker.read_now(request)
@@ -92,11 +100,28 @@ async def _read_one(connection: Connection, item: _Wanted, bytes_max: int) -> di
         "partition_index": item.partition,
         "error_code": ErrorCode.none,
         "high_watermark": result.high_watermark,
-        "last_stable_offset": result.high_watermark,
+        "last_stable_offset": _stable(result),
         "log_start_offset": result.log_start_offset,
-        "aborted_transactions": [],
+        "aborted_transactions": _aborted(result),
         "records": encode_records(result.records),
     }
+
+
+def _isolation(request) -> Isolation:
+    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    return Isolation.COMMITTED if committed else Isolation.UNCOMMITTED
+
+
+def _stable(result: FetchResult) -> int:
+    stable = result.last_stable_offset
+    return result.high_watermark if stable is None else stable
+
+
+def _aborted(result: FetchResult) -> list[dict]:
+    return [
+        {"producer_id": entry.producer_id, "first_offset": entry.first_offset}
+        for entry in result.aborted
+    ]
 
 
 async def _bounds_only(connection: Connection, item: _Wanted) -> dict:
