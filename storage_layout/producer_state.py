@@ -36,6 +36,7 @@ class ProducerBatch:
     epoch: int
     base_sequence: int
     count: int
+    transactional: bool = False  # records of a transaction (FORMAT.md §14)
 
     @property
     def last_sequence(self) -> int:

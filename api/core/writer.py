@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.core.errors import BrokerShuttingDown, NotLeader
-from storage_layout.errors import AppendConflict, LeadershipConflict
+from storage_layout.errors import AppendConflict, LeadershipConflict, ProducerFenced
 from storage_layout.log import DeltaPartitionLog
 from storage_layout.log.arrow_records import concat_records
 from storage_layout.producer_state import Duplicate, ProducerBatch, ProducerStates
@@ -67,6 +67,16 @@ class BatchAck:
     duplicate: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class TransactionMarker:
+    """The end of `producer_id`'s transaction in one partition: `control` is CONTROL_COMMIT
+    or CONTROL_ABORT (FORMAT.md §14)."""
+
+    producer_id: int
+    epoch: int
+    control: int
+
+
 @dataclass(slots=True)
 class _Pending:
     records: Records
@@ -74,6 +84,7 @@ class _Pending:
     future: asyncio.Future
     producer: ProducerBatch | None = None
     transaction: AppTransaction | None = None  # committed alone, with this txn
+    marker: TransactionMarker | None = None  # committed alone, in place of records
 
 
 @dataclass(slots=True)
@@ -170,6 +181,20 @@ class PartitionWriter:
         now = time.monotonic()
         self._arrival_gap_s, self._last_arrival = now - self._last_arrival, now
         self._queue.append(_Pending(records, size_bytes, future, producer, transaction))
+        self._wakeup.set()
+        return future
+
+    def submit_marker(self, marker: TransactionMarker) -> asyncio.Future:
+        """Queue a transaction marker, committed alone after what is queued before it; the
+        future resolves to its BatchAck (one offset). A marker of an epoch older than the
+        producer's newest here fails with ProducerFenced: a zombie coordinator's late marker
+        never ends its successor's transaction."""
+        if self.deposed:
+            raise NotLeader("This node no longer leads the partition; retry the request.")
+        if self._closed:
+            raise BrokerShuttingDown("The partition writer is closing; retry the request.")
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending((), 0, future, marker=marker))
         self._wakeup.set()
         return future
 
@@ -373,7 +398,7 @@ class PartitionWriter:
             over = records + len(pending.records) > self._limits.records_max or (
                 size + pending.size_bytes > self._limits.bytes_max
             )
-            alone = pending.transaction is not None or (batch and batch[0].transaction)
+            alone = _alone(pending) or (batch and _alone(batch[0]))
             mixed = batch and _plain(batch[0]) != _plain(pending)
             if batch and (over or alone or mixed):
                 break
@@ -385,6 +410,9 @@ class PartitionWriter:
     async def _commit(self, batch: list[_Pending]) -> None:
         if batch[0].transaction is not None:
             await self._commit_transaction(batch[0])
+            return
+        if batch[0].marker is not None:
+            await self._commit_marker(batch[0])
             return
         first_try = time.monotonic()
         while batch and not await self._commit_group(batch, first_try):
@@ -460,6 +488,36 @@ class PartitionWriter:
             _resolve(pending, BatchAck(-1, len(pending.records), now_ms, duplicate=True))
             return
         _resolve(pending, BatchAck(result.base_offset, len(pending.records), now_ms))
+        self._wake_fetchers()
+        self._maybe_start_housekeeping()
+
+    async def _commit_marker(self, pending: _Pending) -> None:
+        marker = pending.marker
+        loop = asyncio.get_running_loop()
+        try:
+            self._check_can_write()
+            if self._states is None:
+                self._states = await loop.run_in_executor(self._executor, self.log.producer_states)
+            entry = self._states.entry(marker.producer_id)
+            if entry is not None and entry.epoch > marker.epoch:
+                raise ProducerFenced(
+                    f"Producer {marker.producer_id} has epoch {entry.epoch} here: the marker "
+                    f"of epoch {marker.epoch} is from a fenced transaction."
+                )
+            result = await loop.run_in_executor(
+                self._executor,
+                lambda: self.log.append_marker(
+                    marker.producer_id, marker.epoch, marker.control, config=self._config()
+                ),
+            )
+        except Exception as error:
+            if isinstance(error, LeadershipConflict):
+                self.deposed = True
+            if isinstance(error, AppendConflict):
+                self._states = None
+            _fail([pending], error)
+            return
+        _resolve(pending, BatchAck(result.base_offset, 1, result.append_time_ms))
         self._wake_fetchers()
         self._maybe_start_housekeeping()
 
@@ -589,9 +647,14 @@ class _Committing:
 
 
 def _plain(pending: _Pending) -> bool:
-    """Neither producer sequences nor a txn: the commit can be pipelined (nothing in its
-    plan depends on the outcome of the commit before it)."""
-    return pending.producer is None and pending.transaction is None
+    """Neither producer sequences nor a txn nor a marker: the commit can be pipelined
+    (nothing in its plan depends on the outcome of the commit before it)."""
+    return pending.producer is None and pending.transaction is None and pending.marker is None
+
+
+def _alone(pending: _Pending) -> bool:
+    """Committed in a commit of its own."""
+    return pending.transaction is not None or pending.marker is not None
 
 
 def _columns(pending: _Pending) -> list[tuple[int, int, int] | None]:
@@ -599,7 +662,7 @@ def _columns(pending: _Pending) -> list[tuple[int, int, int] | None]:
     if producer is None:
         return [None] * len(pending.records)
     return [
-        (producer.producer_id, producer.epoch, producer.base_sequence + i)
+        (producer.producer_id, producer.epoch, producer.base_sequence + i, producer.transactional)
         for i in range(len(pending.records))
     ]
 
