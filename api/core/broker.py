@@ -36,7 +36,12 @@ from api.core.records import (
     RecordQueued,
 )
 from api.core.scheduled_jobs import ScheduledJobs
-from api.core.writer import FOREIGN_CHECK_INTERVAL_MS, BatchAck, CommitLimits
+from api.core.writer import (
+    FOREIGN_CHECK_INTERVAL_MS,
+    BatchAck,
+    CommitLimits,
+    TransactionMarker,
+)
 from conf.settings import Settings
 from storage_layout import paths, store
 from storage_layout.append_wire import INTERNAL_APPEND_PATH, encode_append
@@ -64,6 +69,7 @@ from storage_layout.topic_config import (
     validate_topic_name,
 )
 from storage_layout.topic_defaults import read_topic_defaults, write_topic_defaults
+from storage_layout.transaction_state import TransactionStateStore
 
 EXECUTOR_THREADS = 8
 DELETE_TO_HIGH_WATERMARK = -1  # Kafka's DeleteRecords offset for "everything so far"
@@ -94,6 +100,7 @@ class Broker:
         self.cluster: Cluster | None = None
         self.leaders: Leaders | None = None
         self.groups = None  # GroupCoordinator, once started
+        self.transactions = None  # TransactionCoordinator, once started
         self._maintenance: asyncio.Task | None = None
         self.scheduled_jobs: ScheduledJobs | None = None  # in-gateway maintenance, if on
         self._scheduled: asyncio.Task | None = None
@@ -131,6 +138,7 @@ class Broker:
             verify=node_tls.client_verify(self.settings),
         )
         await self._start_groups()
+        await self._start_transactions()
         self._maintenance = asyncio.get_running_loop().create_task(self._maintain_forever())
         if self.settings.maintenance:
             self.scheduled_jobs = ScheduledJobs(
@@ -178,6 +186,41 @@ class Broker:
         )
         self.groups.start()
 
+    async def _start_transactions(self) -> None:
+        from api.core.transactions import TransactionCoordinator
+
+        store = await self._blocking(TransactionStateStore, self.root)
+        self.transactions = TransactionCoordinator(
+            store=store,
+            node_id=self.cluster.node_id,
+            live_nodes=self.cluster.live_nodes,
+            init_producer=self.init_producer,
+            write_marker=self.write_marker,
+            commit_offsets=self._commit_transaction_offsets,
+            blocking=self._blocking,
+        )
+        self.transactions.start()
+
+    async def write_marker(
+        self, topic_name: str, partition: int, marker: TransactionMarker
+    ) -> None:
+        """Write a transaction marker at the partition's leader (FORMAT.md §14).
+
+        Raises:
+            NotLeader: another node leads the partition (the coordinator tries again later).
+        """
+        route = await self.leaders.route(topic_name, partition)
+        if route.writer is None:
+            raise NotLeader(
+                f"Node {route.leader_id} leads {topic_name}/{partition}: its marker is written "
+                "when this node leads it or the coordinator retries.",
+                leader_id=route.leader_id,
+            )
+        await route.writer.submit_marker(marker)
+
+    async def _commit_transaction_offsets(self, group_id: str, commits) -> None:
+        await self.groups.commit_transactional(group_id, commits)
+
     async def _partition_counts(self) -> dict[str, int]:
         return {topic.name: topic.partitions for topic in await self.list_topics()}
 
@@ -198,6 +241,8 @@ class Broker:
         if self._scheduled is not None:
             self._scheduled.cancel()
             await asyncio.gather(self._scheduled, return_exceptions=True)
+        if self.transactions is not None:
+            await self.transactions.close()
         if self.groups is not None:
             await self.groups.close()
         if self.leaders is not None:

@@ -62,3 +62,42 @@ class InvalidProducerRequest(BrokerError):
     receives records has no base sequence)."""
 
     code = "INVALID_PRODUCER_REQUEST"
+
+
+# ---- transactions (Kafka's error names) ------------------------------------------------------
+
+
+class TransactionError(BrokerError):
+    """A transactional request broke the transaction protocol."""
+
+
+class InvalidTxnState(TransactionError):
+    """The request does not fit the transaction's state (e.g. committing an aborted one)."""
+
+    code = "INVALID_TXN_STATE"
+
+
+class ConcurrentTransactions(TransactionError):
+    """The transaction is being completed (or changed by another coordinator); retry."""
+
+    code = "CONCURRENT_TRANSACTIONS"
+    retriable = True
+
+
+class InvalidProducerIdMapping(TransactionError):
+    """The producer id is not the one the transactional id was initialised with."""
+
+    code = "INVALID_PRODUCER_ID_MAPPING"
+
+
+class InvalidTransactionTimeout(TransactionError):
+    """transaction.timeout.ms outside 1 .. the coordinator's maximum."""
+
+    code = "INVALID_TRANSACTION_TIMEOUT"
+
+
+class TransactionCoordinatorUnavailable(TransactionError):
+    """This node does not coordinate the transactional id; find the coordinator again."""
+
+    code = "NOT_COORDINATOR"
+    retriable = True

@@ -11,11 +11,16 @@ from kio.schema.errors import ErrorCode
 
 from api.core.errors import (
     BrokerShuttingDown,
+    ConcurrentTransactions,
+    InvalidProducerIdMapping,
     InvalidProducerRequest,
     InvalidRequest,
+    InvalidTransactionTimeout,
+    InvalidTxnState,
     KeyRequired,
     NotLeader,
     RecordTooLarge,
+    TransactionCoordinatorUnavailable,
 )
 from api.core.groups.errors import (
     FencedInstanceId,
@@ -61,6 +66,11 @@ ERROR_CODES: dict[type[Exception], ErrorCode] = {
     OffsetOutOfRange: ErrorCode.offset_out_of_range,
     RecordTooLarge: ErrorCode.message_too_large,
     KeyRequired: ErrorCode.invalid_record,
+    InvalidTxnState: ErrorCode.invalid_txn_state,
+    ConcurrentTransactions: ErrorCode.concurrent_transactions,
+    InvalidProducerIdMapping: ErrorCode.invalid_producer_id_mapping,
+    InvalidTransactionTimeout: ErrorCode.invalid_transaction_timeout,
+    TransactionCoordinatorUnavailable: ErrorCode.not_coordinator,
     CorruptBatch: ErrorCode.corrupt_message,
     UnsupportedCodec: ErrorCode.unsupported_compression_type,
     OutOfOrderSequence: ErrorCode.out_of_order_sequence_number,

@@ -39,6 +39,7 @@ from api.core.groups.errors import (
 from api.core.groups.group import Group, GroupState, JoinRequest, MemberView
 from storage_layout.consumer_offsets import (
     DELETED_OFFSET,
+    GENERATION_NONE,
     CommittedOffset,
     ConsumerOffsets,
     GroupCommit,
@@ -277,6 +278,20 @@ class GroupCoordinator:
         self._check_committer(slot.group, member_id, generation)
         future = asyncio.get_running_loop().create_future()
         self._queue.append((group_id, _PendingCommit(commits, member_id, generation, future)))
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
+        await future
+
+    async def commit_transactional(self, group_id: str, commits: Sequence[OffsetCommit]) -> None:
+        """Commit the offsets a committed transaction carried (TxnOffsetCommit). The member
+        and generation were checked when the transaction received them; by now the group may
+        have rebalanced, and the transaction's commit must not be refused for it (Kafka
+        writes them with the transaction's marker)."""
+        _check_commits(commits)
+        await self._slot(group_id)
+        future = asyncio.get_running_loop().create_future()
+        pending = _PendingCommit(commits, None, GENERATION_NONE, future)
+        self._queue.append((group_id, pending))
         if self._committer is None or self._committer.done():
             self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
         await future

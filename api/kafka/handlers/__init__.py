@@ -36,6 +36,7 @@ def _table() -> dict[int, Api]:
         offsets,
         produce,
         sasl,
+        transactions,
     )
 
     apis = [
@@ -59,6 +60,10 @@ def _table() -> dict[int, Api]:
         Api(20, "DeleteTopics", 1, 5, admin.delete_topics),
         Api(21, "DeleteRecords", 0, 2, admin.delete_records),
         Api(22, "InitProducerId", 0, 4, cluster.init_producer_id),
+        Api(24, "AddPartitionsToTxn", 0, 3, transactions.add_partitions_to_txn),
+        Api(25, "AddOffsetsToTxn", 0, 3, transactions.add_offsets_to_txn),
+        Api(26, "EndTxn", 0, 3, transactions.end_txn),
+        Api(28, "TxnOffsetCommit", 0, 3, transactions.txn_offset_commit),
         Api(29, "DescribeAcls", 1, 3, acls.describe_acls),
         Api(30, "CreateAcls", 1, 3, acls.create_acls),
         Api(31, "DeleteAcls", 1, 3, acls.delete_acls),

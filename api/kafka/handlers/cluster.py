@@ -155,10 +155,16 @@ def brokers(connection: Connection) -> list[dict]:
 
 async def init_producer_id(connection: Connection, request, version: int) -> dict:
     try:
-        _check_idempotent_write(connection)
-        identity = await connection.broker.init_producer(
-            request.transactional_id, connection.client_id
-        )
+        transactional_id = request.transactional_id
+        if transactional_id is None:
+            _check_idempotent_write(connection)
+            identity = await connection.broker.init_producer(None, connection.client_id)
+        else:
+            # The coordinator aborts the id's open transaction and fences older epochs.
+            connection.check("WRITE", "transactional_id", transactional_id)
+            identity = await connection.broker.transactions.init_producer(
+                transactional_id, _ms(request.transaction_timeout)
+            )
         # Bound to its principal, as over HTTP: another principal cannot write with it.
         await connection.security.bind_producer(identity.producer_id, connection.principal)
     except Exception as error:
@@ -169,3 +175,7 @@ async def init_producer_id(connection: Connection, request, version: int) -> dic
         "producer_id": identity.producer_id,
         "producer_epoch": identity.producer_epoch,
     }
+
+
+def _ms(value) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)

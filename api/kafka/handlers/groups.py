@@ -39,17 +39,20 @@ async def find_coordinator(connection: Connection, request, version: int) -> dic
 
 def _coordinator(connection: Connection, key: str, key_type: int) -> dict:
     unknown = {"node_id": -1, "host": "", "port": -1}
-    if key_type != GROUP_KEY:
-        # Not COORDINATOR_NOT_AVAILABLE: clients retry that for ever (franz-go did); this
-        # refusal ends a transactional producer's start with a message that says why.
-        message = "Transactions are not served yet (lakelog issue 16)."
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+        message = f"Coordinator key type {key_type} is not served (0: group, 1: transaction)."
         return unknown | {"error_code": ErrorCode.invalid_request, "error_message": message}
-    if not connection.permits("DESCRIBE", "group", key):
-        message = f"{connection.principal} may not DESCRIBE group '{key}'."
-        code = ErrorCode.group_authorization_failed
-        return unknown | {"error_code": code, "error_message": message}
+    resource, codes = "group", ErrorCode.group_authorization_failed
+    if key_type == TRANSACTION_KEY:
+        resource, codes = "transactional_id", ErrorCode.transactional_id_authorization_failed
+    if not connection.permits("DESCRIBE", resource, key):
+        message = f"{connection.principal} may not DESCRIBE {resource} '{key}'."
+        return unknown | {"error_code": codes, "error_message": message}
     broker = connection.broker
-    node = broker.groups.coordinator_of(key)
+    if key_type == TRANSACTION_KEY:
+        node = broker.transactions.coordinator_of(key)
+    else:
+        node = broker.groups.coordinator_of(key)
     address = broker.cluster.kafka_address(node)
     if address is None:
         message = f"Node {node} coordinates the group but serves no Kafka listener."

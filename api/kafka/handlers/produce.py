@@ -71,7 +71,11 @@ async def _queue(connection: Connection, topic_name: str, partition) -> _Queued 
         if batch.idempotent:
             await connection.security.check_producer(batch.producer_id, connection.principal)
             producer = ProducerBatch(
-                batch.producer_id, batch.producer_epoch, batch.base_sequence, len(batch.records)
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+                len(batch.records),
+                transactional=batch.is_transactional,
             )
         pending = await broker.submit(
             topic_name, partition.index, batch.records, producer=producer, forward=False
@@ -108,8 +112,10 @@ def _one_batch(data: bytes):
     if len(batches) != 1:
         raise InvalidRequest(f"{len(batches)} record batches for one partition: send exactly one.")
     batch = batches[0]
-    if batch.is_transactional or batch.is_control:
-        raise InvalidRequest("Transactional and control batches are not accepted yet (issue 16).")
+    if batch.is_control:
+        raise InvalidRequest("Control batches are written by the broker, never produced.")
+    if batch.is_transactional and not batch.idempotent:
+        raise InvalidRequest("A transactional batch needs a producer id (InitProducerId).")
     if not batch.records:
         raise InvalidRequest("An empty record batch appends nothing.")
     return batch

@@ -1,0 +1,117 @@
+"""AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and EndTxn: the transactional
+producer's requests, translated to the core's TransactionCoordinator (api/core/transactions.py).
+InitProducerId with a transactional id is in handlers/cluster.py.
+
+The first transaction protocol (KIP-98) is served: ApiVersions advertises no
+`transaction.version` feature, so Kafka 4 clients keep adding partitions with
+AddPartitionsToTxn before they produce to them (KIP-890's second version is not served).
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from api.kafka.connection import Connection
+from api.kafka.errors import error_code
+from storage_layout.records import TopicPartition
+from storage_layout.transaction_state import PendingOffset
+
+
+async def add_partitions_to_txn(connection: Connection, request, version: int) -> dict:
+    transactional_id = request.v3_and_below_transactional_id
+    topics = request.v3_and_below_topics
+    wanted = [TopicPartition(t.name, p) for t in topics for p in t.partitions]
+    try:
+        connection.check("WRITE", "transactional_id", transactional_id)
+        for topic in topics:
+            connection.check("WRITE", "topic", topic.name)
+            info = await connection.broker.topic(topic.name)
+            for partition in topic.partitions:
+                info.check_partition(partition)
+        await connection.broker.transactions.add_partitions(
+            transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            wanted,
+        )
+        code = ErrorCode.none
+    except Exception as error:
+        code = error_code(error)
+    results = [
+        {
+            "name": topic.name,
+            "results_by_partition": [
+                {"partition_index": p, "partition_error_code": code} for p in topic.partitions
+            ],
+        }
+        for topic in topics
+    ]
+    return {"throttle_time": 0, "results_by_topic_v3_and_below": results}
+
+
+async def add_offsets_to_txn(connection: Connection, request, version: int) -> dict:
+    try:
+        connection.check("WRITE", "transactional_id", request.transactional_id)
+        connection.check("READ", "group", request.group_id)
+        await connection.broker.transactions.add_offsets(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.group_id,
+        )
+    except Exception as error:
+        return {"throttle_time": 0, "error_code": error_code(error)}
+    return {"throttle_time": 0, "error_code": ErrorCode.none}
+
+
+async def txn_offset_commit(connection: Connection, request, version: int) -> dict:
+    """Sent to the group's coordinator: the member is checked there, then the offsets go to
+    the transaction's state, to be committed with it."""
+    offsets = [
+        PendingOffset(
+            request.group_id,
+            topic.name,
+            p.partition_index,
+            p.committed_offset,
+            p.committed_metadata,
+        )
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    try:
+        connection.check("WRITE", "transactional_id", request.transactional_id)
+        connection.check("READ", "group", request.group_id)
+        member_id = getattr(request, "member_id", "") or None
+        generation = getattr(request, "generation_id", -1)
+        if member_id is not None:
+            await connection.broker.groups.check_committer(request.group_id, member_id, generation)
+        await connection.broker.transactions.add_offset_commits(
+            request.transactional_id, request.producer_id, request.producer_epoch, offsets
+        )
+        code = ErrorCode.none
+    except Exception as error:
+        code = error_code(error)
+    topics = [
+        {
+            "name": topic.name,
+            "partitions": [
+                {"partition_index": p.partition_index, "error_code": code} for p in topic.partitions
+            ],
+        }
+        for topic in request.topics
+    ]
+    return {"throttle_time": 0, "topics": topics}
+
+
+async def end_txn(connection: Connection, request, version: int) -> dict:
+    try:
+        connection.check("WRITE", "transactional_id", request.transactional_id)
+        await connection.broker.transactions.end(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.committed,
+        )
+    except Exception as error:
+        return {"throttle_time": 0, "error_code": error_code(error)}
+    return {"throttle_time": 0, "error_code": ErrorCode.none}

@@ -1,0 +1,169 @@
+"""Transaction coordinator state (FORMAT.md §15): each transactional id's state as numbered
+JSON objects under `_meta/transactions/`, each created put-if-absent.
+
+A state change is the creation of the next number: of two coordinators that read the same
+state (a deposed one still running, its successor), only one can create the next, so the
+loser can never act on a stale state. Older numbers are deleted once a newer one exists.
+Per-id objects rather than one Delta table: every transactional id changes state several
+times per transaction, and one table would make all of them take turns on its versions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass
+
+from storage_layout import paths
+from storage_layout.errors import StorageUnavailable
+from storage_layout.records import TopicPartition
+from storage_layout.store import Store, open_store
+
+TRANSACTIONS_DIR = "transactions"
+_SEQUENCE_DIGITS = 12
+
+
+class TxnStatus(enum.Enum):
+    """Kafka's transaction states (TransactionState in its coordinator)."""
+
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+
+    @property
+    def preparing(self) -> bool:
+        return self in (TxnStatus.PREPARE_COMMIT, TxnStatus.PREPARE_ABORT)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingOffset:
+    """An offset sent within a transaction (TxnOffsetCommit), committed with it."""
+
+    group_id: str
+    topic: str
+    partition: int
+    offset: int
+    metadata: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnState:
+    """One transactional id's state; `sequence` numbers its object (0: none stored yet)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    status: TxnStatus
+    timeout_ms: int
+    partitions: tuple[TopicPartition, ...] = ()
+    groups: tuple[str, ...] = ()
+    offsets: tuple[PendingOffset, ...] = ()
+    started_ms: int = 0  # when the transaction became Ongoing
+    updated_ms: int = 0
+    sequence: int = 0
+
+    def expired(self, now_ms: int) -> bool:
+        return self.status is TxnStatus.ONGOING and now_ms - self.started_ms > self.timeout_ms
+
+    def to_json(self) -> bytes:
+        body = dataclasses.asdict(self)
+        body["status"] = self.status.value
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> TxnState:
+        body = json.loads(data)
+        return cls(
+            transactional_id=body["transactional_id"],
+            producer_id=body["producer_id"],
+            producer_epoch=body["producer_epoch"],
+            status=TxnStatus(body["status"]),
+            timeout_ms=body["timeout_ms"],
+            partitions=tuple(TopicPartition(**p) for p in body["partitions"]),
+            groups=tuple(body["groups"]),
+            offsets=tuple(PendingOffset(**o) for o in body["offsets"]),
+            started_ms=body["started_ms"],
+            updated_ms=body["updated_ms"],
+            sequence=body["sequence"],
+        )
+
+
+class StateTaken(Exception):
+    """Another coordinator changed the transactional id's state first: read it again."""
+
+
+class TransactionStateStore:
+    """The `_meta/transactions/` objects of one storage root. Thread-safe (no local state)."""
+
+    def __init__(self, root: str) -> None:
+        self._store: Store = open_store(paths.meta_table_uri(root, TRANSACTIONS_DIR))
+
+    def load(self, transactional_id: str) -> TxnState | None:
+        """The newest state of `transactional_id`, or None if it never had one."""
+        prefix = _prefix(transactional_id)
+        names = [o.name for o in self._list_after(prefix) if o.name.startswith(prefix)]
+        for name in sorted(names, reverse=True):
+            data = self._store.get(name)
+            if data is not None:  # else deleted as superseded meanwhile: a newer one exists
+                return TxnState.from_json(data)
+        return None
+
+    def save(self, state: TxnState) -> TxnState:
+        """Store `state` as the one after `state.sequence` (the state it was derived from).
+
+        Raises:
+            StateTaken: another coordinator stored that number first.
+            StorageUnavailable: the store could not be written.
+        """
+        stored = dataclasses.replace(state, sequence=state.sequence + 1)
+        name = _name(state.transactional_id, stored.sequence)
+        try:
+            created = self._store.put_if_absent(name, stored.to_json())
+        except OSError as error:
+            raise StorageUnavailable(f"Cannot store transaction state {name}: {error}") from None
+        if not created:
+            raise StateTaken(f"Transactional id {state.transactional_id!r} changed meanwhile.")
+        if state.sequence:
+            self._forget(_name(state.transactional_id, state.sequence))
+        return stored
+
+    def transactional_ids(self) -> list[str]:
+        """Every transactional id with a stored state."""
+        ids = {_transactional_id(o.name) for o in self._list_after("")}
+        return sorted(i for i in ids if i is not None)
+
+    def _list_after(self, start: str):
+        try:
+            return self._store.list_after(start)
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            raise StorageUnavailable(f"Cannot list transaction states: {error}") from None
+
+    def _forget(self, name: str) -> None:
+        try:
+            self._store.delete(name)
+        except OSError:
+            pass  # a superseded state left behind is skipped by load
+
+
+def _prefix(transactional_id: str) -> str:
+    return transactional_id.encode().hex() + "."
+
+
+def _name(transactional_id: str, sequence: int) -> str:
+    return f"{_prefix(transactional_id)}{sequence:0{_SEQUENCE_DIGITS}d}.json"
+
+
+def _transactional_id(name: str) -> str | None:
+    encoded, _, rest = name.partition(".")
+    if not rest.endswith(".json"):
+        return None
+    try:
+        return bytes.fromhex(encoded).decode()
+    except ValueError:
+        return None
