@@ -18,6 +18,12 @@ from storage_layout.producer_state import ProducerBatch
 from storage_layout.records import AppTransaction, NewRecord, Records, as_record_list
 
 INTERNAL_APPEND_PATH = "/_lakelog/internal/topics/{topic}/partitions/{partition}/append"
+# A transaction marker for the partition's leader, and a committed transaction's offsets for
+# the group's coordinator (FORMAT.md §14, §15).
+INTERNAL_MARKER_PATH = "/_lakelog/internal/topics/{topic}/partitions/{partition}/marker"
+INTERNAL_TXN_OFFSETS_PATH = "/_lakelog/internal/groups/{group}/transaction-offsets"
+# Offsets a group's coordinator received within a transaction, for the transaction's coordinator.
+INTERNAL_PENDING_OFFSETS_PATH = "/_lakelog/internal/transactions/pending-offsets"
 
 
 @dataclass(frozen=True, slots=True)

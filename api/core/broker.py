@@ -8,6 +8,7 @@ event loop; blocking Delta work runs on the broker's executor.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -19,12 +20,14 @@ from api.core import node_tls
 from api.core.cluster import Cluster, ClusterSettings
 from api.core.errors import (
     BrokerShuttingDown,
+    ConcurrentTransactions,
     InvalidRequest,
     KeyRequired,
     NotLeader,
     RecordTooLarge,
 )
 from api.core.follower_reads import FollowerReads
+from api.core.groups.errors import NotCoordinator
 from api.core.leaders import Leaders, Route
 from api.core.records import (
     ACKS_ALL,
@@ -36,6 +39,7 @@ from api.core.records import (
     RecordQueued,
 )
 from api.core.scheduled_jobs import ScheduledJobs
+from api.core.transactions import transaction_error_from
 from api.core.writer import (
     FOREIGN_CHECK_INTERVAL_MS,
     BatchAck,
@@ -44,7 +48,13 @@ from api.core.writer import (
 )
 from conf.settings import Settings
 from storage_layout import paths, store
-from storage_layout.append_wire import INTERNAL_APPEND_PATH, encode_append
+from storage_layout.append_wire import (
+    INTERNAL_APPEND_PATH,
+    INTERNAL_MARKER_PATH,
+    INTERNAL_PENDING_OFFSETS_PATH,
+    INTERNAL_TXN_OFFSETS_PATH,
+    encode_append,
+)
 from storage_layout.catalog import TopicCatalog, TopicInfo, check_partition_count
 from storage_layout.consumer_offsets import ConsumerOffsets
 from storage_layout.errors import OffsetOutOfRange, ProducerError, TopicExists, TopicNotFound
@@ -202,24 +212,83 @@ class Broker:
         self.transactions.start()
 
     async def write_marker(
-        self, topic_name: str, partition: int, marker: TransactionMarker
+        self, topic_name: str, partition: int, marker: TransactionMarker, *, forward: bool = True
     ) -> None:
-        """Write a transaction marker at the partition's leader (FORMAT.md §14).
+        """Write a transaction marker at the partition's leader (FORMAT.md §14): here, or
+        forwarded to it (`forward`).
 
         Raises:
-            NotLeader: another node leads the partition (the coordinator tries again later).
+            NotLeader: the leader could not be reached (the coordinator tries again later).
+            ProducerFenced: the partition has seen a newer epoch of the producer.
         """
         route = await self.leaders.route(topic_name, partition)
-        if route.writer is None:
+        if route.writer is not None:
+            await route.writer.submit_marker(marker)
+            return
+        if not forward or route.url is None:
+            raise NotLeader(f"Node {route.leader_id} leads {topic_name}/{partition}.")
+        path = INTERNAL_MARKER_PATH.format(topic=topic_name, partition=partition)
+        post = self._http.post(route.url + path, json=dataclasses.asdict(marker))
+        try:
+            response = await self._while_alive(post, route.leader_id, topic_name, partition)
+        except httpx.HTTPError as error:
+            self.leaders.forget(topic_name, partition)
             raise NotLeader(
-                f"Node {route.leader_id} leads {topic_name}/{partition}: its marker is written "
-                "when this node leads it or the coordinator retries.",
-                leader_id=route.leader_id,
+                f"The leader of {topic_name}/{partition} is unreachable: {error!r}"
+            ) from None
+        if response.status_code == 200:
+            return
+        body = response.json()
+        if response.status_code == 409 and "producer_error" in body:
+            raise producer_error_from(body)
+        self.leaders.forget(topic_name, partition)
+        raise NotLeader(f"The leader of {topic_name}/{partition} refused: {body.get('message')}")
+
+    async def add_transaction_offsets(
+        self, transactional_id: str, producer_id: int, epoch: int, offsets: list
+    ) -> None:
+        """Offsets sent within a transaction (TxnOffsetCommit reaches the group's coordinator),
+        kept by the transaction's coordinator: here, or forwarded to it."""
+        node = self.transactions.coordinator_of(transactional_id)
+        if node == self.cluster.node_id:
+            await self.transactions.add_offset_commits(
+                transactional_id, producer_id, epoch, offsets
             )
-        await route.writer.submit_marker(marker)
+            return
+        url = self.cluster.url(node)
+        if url is None:
+            raise ConcurrentTransactions(f"Node {node}'s address is not known yet; retry.")
+        body = {
+            "transactional_id": transactional_id,
+            "producer_id": producer_id,
+            "epoch": epoch,
+            "offsets": [dataclasses.asdict(offset) for offset in offsets],
+        }
+        try:
+            response = await self._http.post(url + INTERNAL_PENDING_OFFSETS_PATH, json=body)
+        except httpx.HTTPError as error:
+            raise ConcurrentTransactions(
+                f"The coordinator of {transactional_id!r} is unreachable ({error!r}); retry."
+            ) from None
+        if response.status_code != 200:
+            raise transaction_error_from(response.json())
 
     async def _commit_transaction_offsets(self, group_id: str, commits) -> None:
-        await self.groups.commit_transactional(group_id, commits)
+        """A committed transaction's offsets, at the group's coordinator (here or forwarded)."""
+        url = self.groups.remote_url(group_id)
+        if url is None:
+            await self.groups.commit_transactional(group_id, commits)
+            return
+        path = INTERNAL_TXN_OFFSETS_PATH.format(group=group_id)
+        body = {"offsets": [dataclasses.asdict(commit) for commit in commits]}
+        try:
+            response = await self._http.post(url + path, json=body)
+        except httpx.HTTPError as error:
+            raise NotCoordinator(f"The coordinator of group {group_id!r}: {error!r}") from None
+        if response.status_code != 200:
+            raise NotCoordinator(
+                f"The coordinator of group {group_id!r} refused: {response.text[:200]}"
+            )
 
     async def _partition_counts(self) -> dict[str, int]:
         return {topic.name: topic.partitions for topic in await self.list_topics()}

@@ -153,6 +153,9 @@ RULES: dict[tuple[str, str], Rule] = {
     # node to node
     ("POST", "/_lakelog/internal/topics/{topic}/partitions/{partition}/append"): NODE,
     ("GET", "/_lakelog/internal/groups"): NODE,
+    ("POST", "/_lakelog/internal/topics/{topic}/partitions/{partition}/marker"): NODE,
+    ("POST", "/_lakelog/internal/transactions/pending-offsets"): NODE,
+    ("POST", "/_lakelog/internal/groups/{group}/transaction-offsets"): NODE,
 }
 
 

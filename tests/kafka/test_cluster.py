@@ -166,3 +166,49 @@ def test_idempotent_producers_through_a_leader_kill_lose_and_duplicate_nothing(
     for partition in (0, 1):
         offsets = sorted(o for p, o, _ in stored if p == partition)
         assert offsets == list(range(len(offsets)))
+
+
+def test_a_transaction_across_both_nodes_commits_its_markers_and_offsets(two_nodes, topic_name):
+    """Partition 0 is led by node 0, partition 1 by node 1: the coordinator forwards the marker
+    of the partition it does not lead, and the offsets to the group's coordinator."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    first, second = two_nodes
+    admin = AdminClient({"bootstrap.servers": first.kafka_address})
+    wait_for_both(admin)
+    name = spread_name(topic_name)
+    admin.create_topics([NewTopic(name, 2, 1)])[name].result(30)
+    groups = [f"{topic_name}-g{n}" for n in range(4)]  # some coordinated by each node
+    producer = Producer(
+        {"bootstrap.servers": first.kafka_address, "transactional.id": f"{name}-txn"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for partition in range(2):
+        producer.produce(name, value=b"p%d" % partition, partition=partition)
+    offsets = [TopicPartition(name, 0, 7)]
+    for group in groups:
+        metadata = Consumer({"bootstrap.servers": first.kafka_address, "group.id": group})
+        producer.send_offsets_to_transaction(offsets, metadata.consumer_group_metadata())
+        metadata.close()
+    producer.commit_transaction(30)
+
+    reader = Consumer(
+        {
+            "bootstrap.servers": second.kafka_address,
+            "group.id": f"{topic_name}-reader",
+            "isolation.level": "read_committed",
+        }
+    )
+    reader.assign([TopicPartition(name, p, 0) for p in range(2)])
+    seen, deadline = [], time.monotonic() + 20
+    while len(seen) < 2 and time.monotonic() < deadline:
+        message = reader.poll(0.5)
+        if message is not None and message.error() is None:
+            seen.append(message.value())
+    reader.close()
+    assert sorted(seen) == [b"p0", b"p1"]
+    for group in groups:
+        consumer = Consumer({"bootstrap.servers": second.kafka_address, "group.id": group})
+        assert consumer.committed([TopicPartition(name, 0)], 30)[0].offset == 7
+        consumer.close()

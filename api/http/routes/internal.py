@@ -14,10 +14,20 @@ from fastapi.responses import JSONResponse
 from api.core.broker import Broker
 from api.core.groups.coordinator import GroupDescription
 from api.core.groups.errors import GroupNotFound, NotCoordinator
+from api.core.transactions import transaction_error_body
+from api.core.writer import TransactionMarker
 from api.http.deps import BrokerDep
 from api.http.wire import parse_json
-from storage_layout.append_wire import INTERNAL_APPEND_PATH, decode_append
+from storage_layout.append_wire import (
+    INTERNAL_APPEND_PATH,
+    INTERNAL_MARKER_PATH,
+    INTERNAL_PENDING_OFFSETS_PATH,
+    INTERNAL_TXN_OFFSETS_PATH,
+    decode_append,
+)
+from storage_layout.consumer_offsets import OffsetCommit
 from storage_layout.errors import ProducerError
+from storage_layout.transaction_state import PendingOffset
 
 INTERNAL_GROUPS_PATH = "/_lakelog/internal/groups"
 
@@ -46,6 +56,43 @@ async def append(topic: str, partition: int, request: Request, broker: BrokerDep
         "append_time_ms": ack.append_time_ms,
         "duplicate": ack.duplicate,
     }
+
+
+@router.post(INTERNAL_MARKER_PATH)
+async def marker(topic: str, partition: int, request: Request, broker: BrokerDep):
+    (await broker.topic(topic)).check_partition(partition)
+    body = parse_json(await request.body())
+    marker = TransactionMarker(body["producer_id"], body["epoch"], body["control"])
+    try:
+        await broker.write_marker(topic, partition, marker, forward=False)
+    except ProducerError as error:
+        body = {"producer_error": type(error).__name__, "message": str(error)}
+        return JSONResponse(body, status_code=409)
+    return {}
+
+
+@router.post(INTERNAL_PENDING_OFFSETS_PATH)
+async def pending_offsets(request: Request, broker: BrokerDep):
+    body = parse_json(await request.body())
+    offsets = [PendingOffset(**offset) for offset in body["offsets"]]
+    try:
+        await broker.transactions.add_offset_commits(
+            body["transactional_id"], body["producer_id"], body["epoch"], offsets
+        )
+    except Exception as error:
+        refusal = transaction_error_body(error)
+        if refusal is None:
+            raise
+        return JSONResponse(refusal, status_code=409)
+    return {}
+
+
+@router.post(INTERNAL_TXN_OFFSETS_PATH)
+async def transaction_offsets(group: str, request: Request, broker: BrokerDep):
+    body = parse_json(await request.body())
+    commits = [OffsetCommit(**offset) for offset in body["offsets"]]
+    await broker.groups.commit_transactional(group, commits)
+    return {}
 
 
 @router.get(INTERNAL_GROUPS_PATH)
