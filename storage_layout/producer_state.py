@@ -158,6 +158,15 @@ class ProducerStates:
         entries[batch.producer_id] = ProducerEntry(batch.epoch, (*spans, span)[-BATCHES_KEPT:])
         return ProducerStates(entries)
 
+    def fenced_to(self, producer_id: int, epoch: int) -> ProducerStates:
+        """A new state in which the producer's epoch is at least `epoch` (a transaction
+        marker's): batches of older epochs are then fenced, and a batch of `epoch` starts at
+        sequence 0 unless the producer already wrote with it."""
+        entry = self._entries.get(producer_id)
+        if entry is not None and entry.epoch >= epoch:
+            return self
+        return ProducerStates({**self._entries, producer_id: ProducerEntry(epoch, ())})
+
     def adding(self, other: ProducerStates) -> ProducerStates:
         """This state plus `other`'s producers that this state does not know."""
         if not other._entries:
@@ -172,7 +181,9 @@ class ProducerStates:
         kept = {
             producer_id: entry
             for producer_id, entry in self._entries.items()
-            if entry.spans and entry.spans[-1].append_time_ms >= cutoff_ms
+            # An entry without spans is a fence a marker set: kept, or the fenced epoch's
+            # zombie would be let in again.
+            if not entry.spans or entry.spans[-1].append_time_ms >= cutoff_ms
         }
         return self if len(kept) == len(self._entries) else ProducerStates(kept)
 

@@ -191,6 +191,11 @@ class TransactionCoordinator:
 
     async def _finish_open(self, state: TxnState) -> TxnState:
         if state.status is TxnStatus.ONGOING:
+            # Aborted with a bumped epoch, as Kafka does: its markers fence the producer's
+            # older epoch in every partition, so a zombie's late batch is refused there.
+            identity = await self._init_producer(state.transactional_id)
+            if identity.producer_id == state.producer_id:  # else the epochs ran out
+                state = dataclasses.replace(state, producer_epoch=identity.producer_epoch)
             return await self._complete(await self._prepare(state, commit=False))
         if state.status.preparing:
             return await self._complete(state)

@@ -517,6 +517,8 @@ class PartitionWriter:
                 self._states = None
             _fail([pending], error)
             return
+        # The marker's epoch fences older ones here (a coordinator bumps it when it aborts).
+        self._states = self._states.fenced_to(marker.producer_id, marker.epoch)
         _resolve(pending, BatchAck(result.base_offset, 1, result.append_time_ms))
         self._wake_fetchers()
         self._maybe_start_housekeeping()

@@ -68,14 +68,21 @@ def older_producer_states(
 def _states(tables: list[pa.Table]) -> ProducerStates:
     if not tables:
         return ProducerStates()
-    rows = pa.concat_tables(tables).sort_by("offset").to_pydict()
-    return ProducerStates.from_spans(_spans_from_rows(rows))
+    table = pa.concat_tables(tables).sort_by("offset")
+    # Transaction markers carry a producer id but no sequence: not producer batches, but
+    # their epoch fences older ones (a coordinator bumps the epoch when it aborts).
+    is_batch = pc.is_valid(table.column("sequence"))
+    rows = table.filter(is_batch).to_pydict()
+    state = ProducerStates.from_spans(_spans_from_rows(rows))
+    markers = table.filter(pc.invert(is_batch)).to_pydict()
+    for producer_id, epoch in zip(markers["producer_id"], markers["producer_epoch"], strict=True):
+        state = state.fenced_to(producer_id, epoch)
+    return state
 
 
 def _producer_rows(store: Store, data_file: DataFile) -> pa.Table:
     table = read_columns(store, data_file, list(_PRODUCER_COLUMNS))
-    # Transaction markers carry a producer id but no sequence: they are not producer batches.
-    return table.filter(pc.is_valid(table.column("sequence")))
+    return table.filter(pc.is_valid(table.column("producer_id")))
 
 
 def _spans_from_rows(rows: dict[str, list]) -> list[tuple[int, CommittedSpan]]:

@@ -91,3 +91,20 @@ def test_a_fenced_epochs_marker_is_refused_and_appends_nothing(table_uri):
     index = DeltaPartitionLog.open(table_uri).transaction_index()
     assert index.open_first_offsets == {}
     assert [(a.first_offset, a.last_offset) for a in index.aborted] == [(0, 2)]
+
+
+def test_an_abort_marker_of_a_bumped_epoch_fences_the_zombie_even_after_a_reopen(table_uri):
+    async def before(writer: PartitionWriter):
+        await writer.submit(records("open"), 1, batch(0, 0, 1))
+        await writer.submit_marker(TransactionMarker(PRODUCER, 1, CONTROL_ABORT))
+        with pytest.raises(ProducerFenced):
+            await writer.submit(records("zombie"), 1, batch(0, 1, 1))
+
+    async def after(writer: PartitionWriter):
+        with pytest.raises(ProducerFenced):
+            await writer.submit(records("zombie"), 1, batch(0, 1, 1))
+        return await writer.submit(records("successor"), 1, batch(1, 0, 1))
+
+    run(table_uri, before)
+    assert run(table_uri, after).base_offset == 2  # the state rebuilt from the table
+    assert [row[1] for row in stored(table_uri)] == [b"open", None, b"successor"]
