@@ -273,14 +273,18 @@ class Broker:
         if response.status_code != 200:
             raise transaction_error_from(response.json())
 
-    async def _commit_transaction_offsets(self, group_id: str, commits) -> None:
-        """A committed transaction's offsets, at the group's coordinator (here or forwarded)."""
+    async def _commit_transaction_offsets(self, group_id: str, commits, producer_id: int) -> None:
+        """An ended transaction's offsets (none if it aborted) at the group's coordinator,
+        here or forwarded: committed, and the group's offsets of the producer stable again."""
         url = self.groups.remote_url(group_id)
         if url is None:
-            await self.groups.commit_transactional(group_id, commits)
+            await self.end_transaction_offsets(group_id, commits, producer_id)
             return
         path = INTERNAL_TXN_OFFSETS_PATH.format(group=group_id)
-        body = {"offsets": [dataclasses.asdict(commit) for commit in commits]}
+        body = {
+            "producer_id": producer_id,
+            "offsets": [dataclasses.asdict(commit) for commit in commits],
+        }
         try:
             response = await self._http.post(url + path, json=body)
         except httpx.HTTPError as error:
@@ -289,6 +293,11 @@ class Broker:
             raise NotCoordinator(
                 f"The coordinator of group {group_id!r} refused: {response.text[:200]}"
             )
+
+    async def end_transaction_offsets(self, group_id: str, commits, producer_id: int) -> None:
+        if commits:
+            await self.groups.commit_transactional(group_id, commits)
+        self.groups.end_transactional(group_id, producer_id)
 
     async def _partition_counts(self) -> dict[str, int]:
         return {topic.name: topic.partitions for topic in await self.list_topics()}

@@ -52,7 +52,8 @@ RESCAN_S = 10.0  # how often the store is listed for transactional ids coordinat
 log = logging.getLogger("lakelog.transactions")
 
 MarkerWriter = Callable[[str, int, TransactionMarker], Awaitable[None]]
-OffsetCommitter = Callable[[str, list[OffsetCommit]], Awaitable[None]]
+# (group id, the offsets to commit (none: the transaction aborted), producer id)
+OffsetCommitter = Callable[[str, list[OffsetCommit], int], Awaitable[None]]
 
 
 def transaction_slot(transactional_id: str) -> int:
@@ -217,9 +218,9 @@ class TransactionCoordinator:
                 await self._write_marker(partition.topic, partition.partition, marker)
             except ProducerFenced:
                 pass  # a newer epoch wrote there since: its coordinator ended this one
-        if commit:
-            for group_id, commits in _by_group(state.offsets).items():
-                await self._commit_offsets(group_id, commits)
+        by_group = _by_group(state.offsets) if commit else {}
+        for group_id in state.groups:
+            await self._commit_offsets(group_id, by_group.get(group_id, []), state.producer_id)
         status = TxnStatus.COMPLETE_COMMIT if commit else TxnStatus.COMPLETE_ABORT
         done = dataclasses.replace(state, status=status, partitions=(), groups=(), offsets=())
         return await self._save(done)

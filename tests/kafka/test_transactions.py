@@ -135,3 +135,27 @@ def test_an_abandoned_transaction_is_aborted_after_its_timeout(bootstrap, topic_
     produce_all(bootstrap, topic_name, [{"value": b"after"}])
     # The open transaction holds read_committed readers back until the coordinator aborts it.
     assert read(bootstrap, topic_name, 1, "read_committed", 1) == [b"after"]
+
+
+def test_a_group_offset_pending_in_a_transaction_is_not_read_until_it_ends(bootstrap, topic_name):
+    """KIP-447: a read_committed consumer asks for stable offsets; while a transaction holds
+    an offset of its group, the answer is UNSTABLE_OFFSET_COMMIT (librdkafka retries), so a
+    new owner of the partition never starts from the offset the transaction is replacing."""
+    create(bootstrap, topic_name)
+    group = f"{topic_name}-g"
+    producer = transactional(bootstrap)
+    producer.begin_transaction()
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    offsets = [TopicPartition(topic_name, 0, 5)]
+    producer.send_offsets_to_transaction(offsets, member.consumer_group_metadata())
+    member.close()
+    reader = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed"}
+    )
+    try:
+        with pytest.raises(KafkaException):
+            reader.committed([TopicPartition(topic_name, 0)], 3)
+        producer.commit_transaction(30)
+        assert reader.committed([TopicPartition(topic_name, 0)], 30)[0].offset == 5
+    finally:
+        reader.close()

@@ -130,6 +130,10 @@ class GroupCoordinator:
         self._queue: list[tuple[str, _PendingCommit]] = []  # offset commits of every group
         self._committer: asyncio.Task | None = None
         self._last_metadata_check_s = 0.0
+        # Offsets sent within open transactions (KIP-447): group -> partition -> producer id.
+        # OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for these partitions
+        # until the transaction ends, so a new owner does not start from a stale offset.
+        self._pending_txn: dict[str, dict[TopicPartition, int]] = {}
         self.before_rebalance: Callable[[str], asyncio.Future] | None = None  # REST instances
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -281,6 +285,25 @@ class GroupCoordinator:
         if self._committer is None or self._committer.done():
             self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
         await future
+
+    async def note_transactional(
+        self, group_id: str, producer_id: int, partitions: Sequence[TopicPartition]
+    ) -> None:
+        """Offsets of these partitions were sent within `producer_id`'s open transaction."""
+        await self._slot(group_id)
+        pending = self._pending_txn.setdefault(group_id, {})
+        for partition in partitions:
+            pending[partition] = producer_id
+
+    def unstable_partitions(self, group_id: str) -> set[TopicPartition]:
+        """Partitions whose offsets an open transaction is about to commit."""
+        return set(self._pending_txn.get(group_id, {}))
+
+    def end_transactional(self, group_id: str, producer_id: int) -> None:
+        """The producer's transaction ended: its offsets are stable (committed or dropped)."""
+        pending = self._pending_txn.get(group_id, {})
+        for partition in [p for p, owner in pending.items() if owner == producer_id]:
+            del pending[partition]
 
     async def commit_transactional(self, group_id: str, commits: Sequence[OffsetCommit]) -> None:
         """Commit the offsets a committed transaction carried (TxnOffsetCommit). The member

@@ -91,7 +91,7 @@ async def pending_offsets(request: Request, broker: BrokerDep):
 async def transaction_offsets(group: str, request: Request, broker: BrokerDep):
     body = parse_json(await request.body())
     commits = [OffsetCommit(**offset) for offset in body["offsets"]]
-    await broker.groups.commit_transactional(group, commits)
+    await broker.end_transaction_offsets(group, commits, body["producer_id"])
     return {}
 
 

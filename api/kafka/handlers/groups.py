@@ -253,6 +253,9 @@ async def offset_fetch(connection: Connection, request, version: int) -> dict:
             wanted.setdefault(tp.topic, []).append(tp.partition)
     else:
         wanted = {t.name: list(t.partition_indexes) for t in request.topics}
+    unstable = set()
+    if getattr(request, "require_stable", False):  # KIP-447: not while a transaction may move it
+        unstable = connection.broker.groups.unstable_partitions(request.group_id)
     topics = []
     for name, partitions in wanted.items():
         if not connection.permits("DESCRIBE", "topic", name):
@@ -260,12 +263,15 @@ async def offset_fetch(connection: Connection, request, version: int) -> dict:
         entries = []
         for index in partitions:
             committed = stored.get(TopicPartition(name, index))
+            code = ErrorCode.none
+            if TopicPartition(name, index) in unstable:
+                code = ErrorCode.unstable_offset_commit
             entries.append(
                 {
                     "partition_index": index,
                     "committed_offset": -1 if committed is None else committed.offset,
                     "metadata": None if committed is None else committed.metadata,
-                    "error_code": ErrorCode.none,
+                    "error_code": code,
                 }
             )
         topics.append({"name": name, "partitions": entries})
