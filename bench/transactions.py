@@ -54,9 +54,8 @@ def log(message: str) -> None:
 
 def create_topic(bootstrap: str) -> str:
     name = f"txn-bench-{uuid.uuid4().hex[:8]}"
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(name, 1, 1)])[
-        name
-    ].result(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the answer
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
     return name
 
 
