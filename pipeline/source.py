@@ -124,6 +124,7 @@ class LakelogDataSource(DataSource):
 
 class LakelogBatchReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
+        check_isolation(options)
         self._options = _lowercase(options)
         self._include_headers = _flag(options, "includeHeaders", False)
 
@@ -185,6 +186,26 @@ def storage_options_option() -> dict[str, str]:
     the helpers that build `format("lakelog")` reads and writes on the driver."""
     options = store.storage_options()
     return {STORAGE_OPTIONS: json.dumps(options, sort_keys=True)} if options else {}
+
+
+ISOLATION_OPTION = "kafka.isolation.level"
+
+
+def check_isolation(options: Mapping[str, str]) -> None:
+    """Spark's Kafka source option: read_uncommitted (its default, and how lakelog reads:
+    transaction markers are left out, aborted and open transactions' records are not)."""
+    level = _opt(options, ISOLATION_OPTION)
+    if level is None or level == "read_uncommitted":
+        return
+    if level == "read_committed":
+        raise ValueError(
+            f"{ISOLATION_OPTION}=read_committed is not served by format('lakelog') yet: it "
+            "reads as read_uncommitted. For committed records only, query the partition "
+            "tables as FORMAT.md section 14 shows, or read over the Kafka protocol."
+        )
+    raise ValueError(
+        f"{ISOLATION_OPTION} must be read_uncommitted or read_committed, not {level!r}."
+    )
 
 
 def _root(options: Mapping[str, str]) -> str:

@@ -72,6 +72,7 @@ from pipeline.source import (
     _lowercase,
     _opt,
     _root,
+    check_isolation,
     plan_splits,
     read_split,
 )
@@ -208,6 +209,7 @@ class StreamOptions:
         for name, message in _ENDING_OPTIONS.items():
             if _opt(options, name) is not None:
                 raise ValueError(f"{message} (option {name}): a stream reads until it is stopped.")
+        check_isolation(options)
         max_offsets = _positive_int(options, "maxOffsetsPerTrigger")
         min_offsets = _positive_int(options, "minOffsetsPerTrigger")
         if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:

@@ -75,3 +75,18 @@ def test_spark_readers_of_a_topic_never_return_markers(spark, tmp_path):
     register_data_source(spark)
     rows = spark.read.format("lakelog").option("subscribe", "txns").load(root).collect()
     assert sorted((row.offset, bytes(row.value)) for row in rows) == expected
+
+
+def test_read_committed_is_refused_by_format_lakelog_rather_than_ignored(spark, tmp_path):
+    """Reading aborted records where committed ones were asked for would be silent data
+    corruption: until format("lakelog") serves read_committed, it says so."""
+    root = str(tmp_path / "root")
+    TopicCatalog(root).create_topic("txns", 1, CONFIG)
+    register_data_source(spark)
+    reader = spark.read.format("lakelog").option("subscribe", "txns")
+    with pytest.raises(Exception, match="read_committed is not served"):
+        reader.option("kafka.isolation.level", "read_committed").load(root).collect()
+    with pytest.raises(Exception, match="must be read_uncommitted or read_committed"):
+        reader.option("kafka.isolation.level", "serializable").load(root).collect()
+    reader = reader.option("kafka.isolation.level", "read_uncommitted")
+    assert reader.load(root).collect() == []
