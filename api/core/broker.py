@@ -39,7 +39,7 @@ from api.core.records import (
     RecordQueued,
 )
 from api.core.scheduled_jobs import ScheduledJobs
-from api.core.transactions import transaction_error_from
+from api.core.transactions import TransactionCoordinator, transaction_error_from
 from api.core.writer import (
     FOREIGN_CHECK_INTERVAL_MS,
     BatchAck,
@@ -197,8 +197,6 @@ class Broker:
         self.groups.start()
 
     async def _start_transactions(self) -> None:
-        from api.core.transactions import TransactionCoordinator
-
         store = await self._blocking(TransactionStateStore, self.root)
         self.transactions = TransactionCoordinator(
             store=store,
@@ -228,21 +226,7 @@ class Broker:
         if not forward or route.url is None:
             raise NotLeader(f"Node {route.leader_id} leads {topic_name}/{partition}.")
         path = INTERNAL_MARKER_PATH.format(topic=topic_name, partition=partition)
-        post = self._http.post(route.url + path, json=dataclasses.asdict(marker))
-        try:
-            response = await self._while_alive(post, route.leader_id, topic_name, partition)
-        except httpx.HTTPError as error:
-            self.leaders.forget(topic_name, partition)
-            raise NotLeader(
-                f"The leader of {topic_name}/{partition} is unreachable: {error!r}"
-            ) from None
-        if response.status_code == 200:
-            return
-        body = response.json()
-        if response.status_code == 409 and "producer_error" in body:
-            raise producer_error_from(body)
-        self.leaders.forget(topic_name, partition)
-        raise NotLeader(f"The leader of {topic_name}/{partition} refused: {body.get('message')}")
+        await self._post_to_leader(route, topic_name, partition, path, dataclasses.asdict(marker))
 
     async def add_transaction_offsets(
         self, transactional_id: str, producer_id: int, epoch: int, offsets: list
@@ -645,24 +629,36 @@ class Broker:
     async def _forward_append(
         self, route: Route, topic: str, partition: int, batch, producer: ProducerBatch | None
     ) -> BatchAck:
-        url = route.url
         path = INTERNAL_APPEND_PATH.format(topic=topic, partition=partition)
-        post = self._http.post(url + path, json=encode_append(batch, producer=producer))
+        body = encode_append(batch, producer=producer)
+        answer = await self._post_to_leader(route, topic, partition, path, body)
+        return BatchAck(answer["base_offset"], len(batch), answer["append_time_ms"])
+
+    async def _post_to_leader(
+        self, route: Route, topic: str, partition: int, path: str, body: dict
+    ) -> dict:
+        """POST `body` to the partition leader's internal `path`; its answer.
+
+        Raises:
+            NotLeader: the leader is unreachable or refused (it no longer leads): retry.
+            ProducerError: the leader's verdict on the producer's sequence or epoch, unchanged.
+        """
+        post = self._http.post(route.url + path, json=body)
         try:
             response = await self._while_alive(post, route.leader_id, topic, partition)
         except httpx.HTTPError as error:
             self.leaders.forget(topic, partition)
             raise NotLeader(
-                f"The leader of {topic}/{partition} at {url} is unreachable "
+                f"The leader of {topic}/{partition} at {route.url} is unreachable "
                 f"({type(error).__name__}); retry."
             ) from None
-        body = response.json()
+        answer = response.json()
         if response.status_code == 200:
-            return BatchAck(body["base_offset"], len(batch), body["append_time_ms"])
-        if response.status_code == 409 and "producer_error" in body:
-            raise producer_error_from(body)  # the leader's verdict on the sequence, unchanged
+            return answer
+        if response.status_code == 409 and "producer_error" in answer:
+            raise producer_error_from(answer)
         self.leaders.forget(topic, partition)
-        raise NotLeader(f"The leader of {topic}/{partition} refused: {body.get('message')}")
+        raise NotLeader(f"The leader of {topic}/{partition} refused: {answer.get('message')}")
 
     async def _while_alive(self, request, node_id: int, topic: str, partition: int):
         """The forwarded request's response, unless the node it went to stops renewing its

@@ -33,7 +33,6 @@ from storage_layout.consumer_offsets import OffsetCommit
 from storage_layout.errors import ProducerFenced
 from storage_layout.partitioner import murmur2, to_positive
 from storage_layout.producers import ProducerIdentity
-from storage_layout.records import TopicPartition
 from storage_layout.schema import CONTROL_ABORT, CONTROL_COMMIT
 from storage_layout.transaction_state import (
     PendingOffset,
@@ -331,10 +330,6 @@ def _by_group(offsets: Sequence[PendingOffset]) -> dict[str, list[OffsetCommit]]
         commit = OffsetCommit(offset.topic, offset.partition, offset.offset, offset.metadata)
         by_group.setdefault(offset.group_id, []).append(commit)
     return by_group
-
-
-def topic_partitions(pairs: Sequence[tuple[str, int]]) -> tuple[TopicPartition, ...]:
-    return tuple(TopicPartition(topic, partition) for topic, partition in pairs)
 
 
 # What a forwarded transactional request's refusal comes back as (by type name).

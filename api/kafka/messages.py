@@ -169,3 +169,8 @@ def _reader(schema: type):
 @cache
 def _writer(schema: type):
     return entity_writer(schema)
+
+
+def milliseconds(value) -> int:
+    """A kio duration field (a timedelta, or an int on some versions) in milliseconds."""
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)

@@ -8,6 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code
+from api.kafka.messages import milliseconds
 from api.security.authorizer import CLUSTER_RESOURCE_NAME
 from storage_layout.catalog import TopicInfo
 from storage_layout.errors import TopicExists, TopicNotFound
@@ -163,7 +164,7 @@ async def init_producer_id(connection: Connection, request, version: int) -> dic
             # The coordinator aborts the id's open transaction and fences older epochs.
             connection.check("WRITE", "transactional_id", transactional_id)
             identity = await connection.broker.transactions.init_producer(
-                transactional_id, _ms(request.transaction_timeout)
+                transactional_id, milliseconds(request.transaction_timeout)
             )
         # Bound to its principal, as over HTTP: another principal cannot write with it.
         await connection.security.bind_producer(identity.producer_id, connection.principal)
@@ -175,7 +176,3 @@ async def init_producer_id(connection: Connection, request, version: int) -> dic
         "producer_id": identity.producer_id,
         "producer_epoch": identity.producer_epoch,
     }
-
-
-def _ms(value) -> int:
-    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)

@@ -24,6 +24,7 @@ from api.kafka.connection import Connection
 from api.kafka.errors import error_code
 from api.kafka.fetch_batches import encode_records
 from api.kafka.fetch_sessions import FetchSessionError
+from api.kafka.messages import milliseconds
 from storage_layout.errors import OffsetOutOfRange
 from storage_layout.records import FetchResult, Isolation
 
@@ -46,7 +47,7 @@ async def fetch(connection: Connection, request, version: int) -> dict:
         return {"throttle_time": 0, "error_code": error.code, "session_id": 0, "responses": []}
     isolation = _isolation(request)
     wanted = [_Wanted(*item, isolation) for item in plan.wanted]
-    max_wait_ms = min(_ms(request.max_wait), connection.settings.fetch_timeout_ms_max)
+    max_wait_ms = min(milliseconds(request.max_wait), connection.settings.fetch_timeout_ms_max)
     deadline = time.monotonic() + max_wait_ms / 1000
     keys = [(w.topic, w.partition) for w in wanted]
     while True:
@@ -163,7 +164,3 @@ def _by_topic(wanted: list[_Wanted], answers: list[dict]) -> list[dict]:
     for item, answer in zip(wanted, answers, strict=True):
         by_topic.setdefault(item.topic, []).append(answer)
     return [{"topic": topic, "partitions": partitions} for topic, partitions in by_topic.items()]
-
-
-def _ms(value) -> int:
-    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)

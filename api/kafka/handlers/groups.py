@@ -6,8 +6,6 @@ and the client asks FindCoordinator again, as with Kafka."""
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
 from api.core.groups.consumer_protocol import BadConsumerProtocol, decode_subscription
@@ -15,6 +13,7 @@ from api.core.groups.errors import GroupNotFound
 from api.core.groups.group import JoinRequest, Subscription
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
+from api.kafka.messages import milliseconds
 from storage_layout.consumer_offsets import OffsetCommit
 from storage_layout.records import TopicPartition
 
@@ -74,8 +73,8 @@ def _coordinator(connection: Connection, key: str, key_type: int) -> dict:
 
 
 async def join_group(connection: Connection, request, version: int) -> dict:
-    session_ms = _ms(request.session_timeout)
-    rebalance_ms = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
+    session_ms = milliseconds(request.session_timeout)
+    rebalance_ms = milliseconds(getattr(request, "rebalance_timeout", request.session_timeout))
     join = JoinRequest(
         member_id=request.member_id or None,
         client_id=connection.client_id or "",
@@ -353,12 +352,6 @@ def _dead(group_id: str, code: ErrorCode) -> dict:
         "protocol_data": "",
         "members": [],
     }
-
-
-def _ms(value) -> int:
-    if isinstance(value, datetime.timedelta):
-        return int(value.total_seconds() * 1000)
-    return int(value)
 
 
 async def delete_groups(connection: Connection, request, version: int) -> dict:
