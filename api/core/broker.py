@@ -69,6 +69,7 @@ from storage_layout.records import (
     NewRecord,
     PartitionBounds,
     Records,
+    TopicPartition,
     records_size_bytes,
 )
 from storage_layout.topic_config import (
@@ -232,7 +233,19 @@ class Broker:
         self, transactional_id: str, producer_id: int, epoch: int, offsets: list
     ) -> None:
         """Offsets sent within a transaction (TxnOffsetCommit reaches the group's coordinator),
-        kept by the transaction's coordinator: here, or forwarded to it."""
+        kept by the transaction's coordinator, and unstable at the group's coordinator (this
+        node) until the transaction ends (KIP-447)."""
+        await self._keep_transaction_offsets(transactional_id, producer_id, epoch, offsets)
+        for group_id in {offset.group_id for offset in offsets}:
+            partitions = [
+                TopicPartition(o.topic, o.partition) for o in offsets if o.group_id == group_id
+            ]
+            await self.groups.note_transactional(group_id, producer_id, partitions)
+
+    async def _keep_transaction_offsets(
+        self, transactional_id: str, producer_id: int, epoch: int, offsets: list
+    ) -> None:
+        """At the transaction's coordinator: here, or forwarded to it."""
         node = self.transactions.coordinator_of(transactional_id)
         if node == self.cluster.node_id:
             await self.transactions.add_offset_commits(

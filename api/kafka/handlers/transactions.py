@@ -88,10 +88,6 @@ async def txn_offset_commit(connection: Connection, request, version: int) -> di
         await connection.broker.add_transaction_offsets(
             request.transactional_id, request.producer_id, request.producer_epoch, offsets
         )
-        partitions = [TopicPartition(o.topic, o.partition) for o in offsets]
-        await connection.broker.groups.note_transactional(
-            request.group_id, request.producer_id, partitions
-        )
         code = ErrorCode.none
     except Exception as error:
         code = error_code(error)
