@@ -1,9 +1,11 @@
 """Consumer group lag as a DataFrame: the `_meta/consumer_offsets` Delta table, read by Spark,
-next to each partition's high watermark.
+next to each partition's log end.
 
 Committed offsets come straight from the commit table (latest row per group, topic and
-partition by `commit_sequence`, the order the group's coordinators committed in); high
-watermarks come from the partition tables' Delta logs on the driver (O(1) each, no data scan).
+partition by `commit_sequence`, the order the group's coordinators committed in). The log end
+is the last stable offset (the high watermark unless a transaction is open: its records are not
+there to consume yet, as Confluent's lag counts it), from the partition tables' Delta logs on
+the driver (no data scan unless the partition has transactions).
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ def committed_offsets(spark: SparkSession, root: str, group_id: str | None = Non
 
 
 def group_lag(spark: SparkSession, root: str, group_id: str | None = None) -> DataFrame:
-    """Lag per (group_id, topic, partition): high watermark minus committed offset (never
-    negative). Partitions of deleted topics are left out.
+    """Lag per (group_id, topic, partition): last stable offset minus committed offset
+    (never negative). Partitions of deleted topics are left out.
 
     Columns: group_id, topic, partition, committed_offset, log_end_offset, lag, committed_at.
     """
@@ -76,5 +78,5 @@ def _log_end_offsets(root: str, keys) -> list[tuple[str, int, int]]:
         if info is None or row["partition"] >= info.partitions:
             continue
         log = DeltaPartitionLog.open(partition_table_uri(root, row["topic"], row["partition"]))
-        ends.append((row["topic"], row["partition"], log.bounds().high_watermark))
+        ends.append((row["topic"], row["partition"], log.stable_bounds().last_stable_offset))
     return ends

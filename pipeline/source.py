@@ -10,7 +10,10 @@ Options (Spark's Kafka source names): exactly one of `subscribe` (comma-separate
 `startingTimestamp` / `startingOffsetsByTimestamp` and `endingTimestamp` /
 `endingOffsetsByTimestamp` (epoch ms, taking precedence over the offsets options);
 `failOnDataLoss` (default true: a starting offset below a partition's log_start_offset is an
-error; false: read from log_start_offset); the storage root as `path` (or `.load(root)`).
+error; false: read from log_start_offset); `kafka.isolation.level` (read_uncommitted, the
+default: every data record; read_committed: records of aborted transactions left out, and
+"latest" is the last stable offset, so an open transaction's records wait until it ends); the
+storage root as `path` (or `.load(root)`). Transaction markers are never rows.
 The schema is exactly Spark's Kafka source schema. `spark.readStream.format("lakelog")` reads
 topics as streams with the same options and planning (pipeline/stream.py).
 
@@ -47,6 +50,12 @@ from pipeline.read import EARLIEST, LATEST, kafka_schema, parse_offsets, resolve
 from storage_layout import paths, store
 from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog, LogSnapshot
+from storage_layout.log.transaction_index import (
+    AbortedTransaction,
+    TransactionIndex,
+    aborted_mask,
+)
+from storage_layout.records import Isolation
 from storage_layout.schema import FILE_SCHEMA, RECORD_COLUMNS
 
 SOURCE_NAME = "lakelog"
@@ -85,6 +94,9 @@ class OffsetSplit(InputPartition):
     # The driver's explicit storage options (credentials from variables reach executors
     # through their environment; these would not).
     storage_options: tuple[tuple[str, str], ...] = ()
+    # read_committed: the aborted transactions with records in this split, which executors
+    # leave out (the driver knows them from the partition's transaction index).
+    aborted: tuple[AbortedTransaction, ...] = ()
 
 
 STORAGE_OPTIONS = "storageOptions"
@@ -124,7 +136,7 @@ class LakelogDataSource(DataSource):
 
 class LakelogBatchReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
-        check_isolation(options)
+        self._committed = isolation_of(options).needs_index
         self._options = _lowercase(options)
         self._include_headers = _flag(options, "includeHeaders", False)
 
@@ -154,6 +166,7 @@ class LakelogBatchReader(DataSourceReader):
                     start=start,
                     end=end,
                     fail_on_data_loss=_flag(self._options, "failOnDataLoss", True),
+                    committed=self._committed,
                 )
         return splits
 
@@ -191,21 +204,21 @@ def storage_options_option() -> dict[str, str]:
 ISOLATION_OPTION = "kafka.isolation.level"
 
 
-def check_isolation(options: Mapping[str, str]) -> None:
-    """Spark's Kafka source option: read_uncommitted (its default, and how lakelog reads:
-    transaction markers are left out, aborted and open transactions' records are not)."""
-    level = _opt(options, ISOLATION_OPTION)
-    if level is None or level == "read_uncommitted":
-        return
-    if level == "read_committed":
+def isolation_of(options: Mapping[str, str]) -> Isolation:
+    """Spark's Kafka source option: read_uncommitted (its default: every data record) or
+    read_committed (PLAIN or COMMITTED_DATA); markers are left out either way."""
+    level = _opt(options, ISOLATION_OPTION) or "read_uncommitted"
+    try:
+        return Isolation.for_data_readers(level.strip().lower())
+    except ValueError:
         raise ValueError(
-            f"{ISOLATION_OPTION}=read_committed is not served by format('lakelog') yet: it "
-            "reads as read_uncommitted. For committed records only, query the partition "
-            "tables as FORMAT.md section 14 shows, or read over the Kafka protocol."
-        )
-    raise ValueError(
-        f"{ISOLATION_OPTION} must be read_uncommitted or read_committed, not {level!r}."
-    )
+            f"{ISOLATION_OPTION} must be read_uncommitted or read_committed, not {level!r}."
+        ) from None
+
+
+def committed_end(log: DeltaPartitionLog, snapshot: LogSnapshot) -> int:
+    """Where read_committed readers of `snapshot` end: its last stable offset."""
+    return log.transaction_index(snapshot).last_stable_offset(snapshot.high_watermark)
 
 
 def _root(options: Mapping[str, str]) -> str:
@@ -303,6 +316,7 @@ def _partition_splits(
     start: int,
     end: int,
     fail_on_data_loss: bool,
+    committed: bool,
 ) -> list[OffsetSplit]:
     low = log.snapshot.log_start_offset
     if 0 <= start < low:
@@ -313,28 +327,51 @@ def _partition_splits(
                 f"start at {low}."
             )
         start = low
+    snapshot = log.snapshot
+    transactions = None
+    if committed:
+        transactions = log.transaction_index(snapshot)
+        stable = committed_end(log, snapshot)
+        if end == LATEST or end > stable:  # past it: records of a transaction still open
+            end = stable
     wanted = resolve_range(log, partition=partition, start=start, end=end, topic=topic)
     return plan_splits(
-        log.snapshot,
+        snapshot,
         topic=topic,
         partition=partition,
         table_uri=table_uri,
         first=wanted.start,
         last=wanted.end,
+        transactions=transactions,
     )
 
 
 def plan_splits(
-    snapshot: LogSnapshot, *, topic: str, partition: int, table_uri: str, first: int, last: int
+    snapshot: LogSnapshot,
+    *,
+    topic: str,
+    partition: int,
+    table_uri: str,
+    first: int,
+    last: int,
+    transactions: TransactionIndex | None = None,
 ) -> list[OffsetSplit]:
     """Input partitions for offsets [first, last) of one topic partition, from `snapshot`'s
-    files holding them, about RECORDS_PER_SPLIT offsets each (batch and stream reads).
+    files holding them, about RECORDS_PER_SPLIT offsets each (batch and stream reads). With
+    `transactions` (read_committed), each split names the aborted transactions in its range.
 
     The files of one snapshot never overlap in offsets and each slice is cut by offset, so every
     offset in range is read exactly once, however compaction or file optimization rewrote the
     files before; offsets a compacted topic no longer stores are simply not there.
     """
     splits, files, records = [], [], 0
+
+    def cut() -> None:
+        aborted = ()
+        if transactions is not None:
+            aborted = tuple(transactions.aborted_between(files[0].start, files[-1].end))
+        splits.append(_split(topic, partition, table_uri, files, aborted))
+
     for data_file in snapshot.files:
         if data_file.max_offset < first or data_file.min_offset >= last:
             continue
@@ -342,16 +379,18 @@ def plan_splits(
         files.append(piece)
         records += min(last, data_file.max_offset + 1) - piece.start
         if records >= RECORDS_PER_SPLIT:
-            splits.append(_split(topic, partition, table_uri, files))
+            cut()
             files, records = [], 0
     if files:
-        splits.append(_split(topic, partition, table_uri, files))
+        cut()
     return splits
 
 
-def _split(topic: str, partition: int, table_uri: str, files: list[FileSlice]) -> OffsetSplit:
+def _split(
+    topic: str, partition: int, table_uri: str, files: list[FileSlice], aborted: tuple
+) -> OffsetSplit:
     options = tuple(sorted(store.storage_options().items()))
-    return OffsetSplit(topic, partition, table_uri, tuple(files), options)
+    return OffsetSplit(topic, partition, table_uri, tuple(files), options, aborted)
 
 
 # ---- reading (executors) ---------------------------------------------------------------------
@@ -361,6 +400,9 @@ def _split(topic: str, partition: int, table_uri: str, files: list[FileSlice]) -
 # records to Spark's Kafka source either. Older files lack it; the scan reads it as null.
 _READ_COLUMNS = [*RECORD_COLUMNS, "control"]
 _READ_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in _READ_COLUMNS])
+# read_committed splits with aborted transactions also need to tell whose records they are.
+_COMMITTED_COLUMNS = [*_READ_COLUMNS, "producer_id", "transactional"]
+_COMMITTED_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in _COMMITTED_COLUMNS])
 
 
 def read_split(split: OffsetSplit, *, include_headers: bool) -> Iterator[pa.RecordBatch]:
@@ -371,10 +413,13 @@ def read_split(split: OffsetSplit, *, include_headers: bool) -> Iterator[pa.Reco
         return  # no split at all (nothing in range): Spark still runs one empty task
     store.adopt(dict(split.storage_options))
     table_store = store.open_store(split.table_uri)
+    columns, schema = _READ_COLUMNS, _READ_SCHEMA
+    if split.aborted:
+        columns, schema = _COMMITTED_COLUMNS, _COMMITTED_SCHEMA
     for piece in split.files:
         table = pq.read_table(
             table_store.open_input(piece.path),
-            columns=_READ_COLUMNS,
+            columns=columns,
             filters=(
                 (pc.field("offset") >= piece.start)
                 & (pc.field("offset") < piece.end)
@@ -382,8 +427,10 @@ def read_split(split: OffsetSplit, *, include_headers: bool) -> Iterator[pa.Reco
             ),
             # Files rewritten by delta-rs (DELETE, OPTIMIZE) store binary_view/string_view,
             # which pyarrow cannot filter: the scan casts them to the table's types first.
-            schema=_READ_SCHEMA,
+            schema=schema,
         )
+        if split.aborted and table.num_rows:
+            table = table.filter(pc.invert(aborted_mask(table, split.aborted)))
         if table.num_rows:
             yield from _kafka_rows(table, split, include_headers).to_batches()
 

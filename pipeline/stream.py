@@ -72,7 +72,8 @@ from pipeline.source import (
     _lowercase,
     _opt,
     _root,
-    check_isolation,
+    committed_end,
+    isolation_of,
     plan_splits,
     read_split,
 )
@@ -203,13 +204,14 @@ class StreamOptions:
     max_offsets_per_trigger: int | None
     min_offsets_per_trigger: int | None
     max_trigger_delay_ms: int
+    committed: bool = False  # kafka.isolation.level=read_committed
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamOptions:
         for name, message in _ENDING_OPTIONS.items():
             if _opt(options, name) is not None:
                 raise ValueError(f"{message} (option {name}): a stream reads until it is stopped.")
-        check_isolation(options)
+        committed = isolation_of(options).needs_index
         max_offsets = _positive_int(options, "maxOffsetsPerTrigger")
         min_offsets = _positive_int(options, "minOffsetsPerTrigger")
         if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
@@ -228,6 +230,7 @@ class StreamOptions:
             max_trigger_delay_ms=_duration_ms(
                 "maxTriggerDelay", _opt(options, "maxTriggerDelay") or MAX_TRIGGER_DELAY_DEFAULT
             ),
+            committed=committed,
         )
 
 
@@ -440,7 +443,7 @@ class LakelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log = self._logs[tp]
         start, _ = _by_timestamp(self._raw_options, log, topic, partition, start=start, end=LATEST)
         bounds = log.bounds()
-        resolved = {EARLIEST: bounds.log_start_offset, LATEST: bounds.high_watermark}
+        resolved = {EARLIEST: bounds.log_start_offset, LATEST: self._end(tp, log.snapshot)}
         offset = resolved.get(start, start)
         if offset > bounds.high_watermark:
             raise ValueError(
@@ -455,12 +458,18 @@ class LakelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._position
 
     def _high_watermarks(self) -> PartitionOffsets:
-        """Every subscribed partition's high watermark, from freshly reloaded snapshots."""
+        """Every subscribed partition's end (high watermark, or last stable offset when
+        read_committed), from freshly reloaded snapshots."""
         current = self._options.subscription.partitions(self._topics())
         for gone in self._logs.keys() - set(current):
             del self._logs[gone]
         snapshots = {tp: self._refresh(tp) for tp in current}
-        return {tp: s.high_watermark for tp, s in snapshots.items() if s is not None}
+        return {tp: self._end(tp, s) for tp, s in snapshots.items() if s is not None}
+
+    def _end(self, tp: TopicPartition, snapshot: LogSnapshot) -> int:
+        if self._options.committed:
+            return committed_end(self._logs[tp], snapshot)
+        return snapshot.high_watermark
 
     def _should_wait(
         self, limit: ReadLimit | None, origins: PartitionOffsets, latest: PartitionOffsets
@@ -500,14 +509,15 @@ class LakelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if wanted is None:
             return []
         topic, partition = tp
-        uri = self._logs[tp].table_uri
+        log = self._logs[tp]
         return plan_splits(
             snapshot,
             topic=topic,
             partition=partition,
-            table_uri=uri,
+            table_uri=log.table_uri,
             first=wanted[0],
             last=wanted[1],
+            transactions=log.transaction_index(snapshot) if self._options.committed else None,
         )
 
     def _readable_range(

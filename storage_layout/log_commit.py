@@ -108,6 +108,41 @@ def append_actions(
     return actions
 
 
+# FORMAT.md §14's columns as Delta schema fields (JSON), for tables created before them.
+TRANSACTION_FIELDS = (
+    {"name": "transactional", "type": "boolean", "nullable": True, "metadata": {}},
+    {"name": "control", "type": "byte", "nullable": True, "metadata": {}},
+)
+
+
+def with_transaction_fields(metadata: dict[str, Any]) -> dict[str, Any] | None:
+    """`metadata` (a metaData action's body) with TRANSACTION_FIELDS added to its schema
+    before the partition column; None when the schema has them already."""
+    schema = json.loads(metadata["schemaString"])
+    names = {field["name"] for field in schema["fields"]}
+    missing = [field for field in TRANSACTION_FIELDS if field["name"] not in names]
+    if not missing:
+        return None
+    fields = schema["fields"]
+    at = next(
+        (i for i, f in enumerate(fields) if f["name"] in metadata.get("partitionColumns", ())),
+        len(fields),
+    )
+    schema["fields"] = [*fields[:at], *missing, *fields[at:]]
+    return {**metadata, "schemaString": json.dumps(schema, separators=(",", ":"))}
+
+
+def metadata_actions(metadata: dict[str, Any], timestamp_ms: int) -> list[dict[str, Any]]:
+    """The actions of a schema change that adds nullable columns (no file, no record)."""
+    commit_info = {
+        "timestamp": timestamp_ms,
+        "operation": "ADD COLUMNS",
+        "operationParameters": {},
+        "engineInfo": ENGINE_INFO,
+    }
+    return [{"commitInfo": commit_info}, {"metaData": metadata}]
+
+
 def transactions_actions(
     transactions: list[tuple[str, int]], timestamp_ms: int
 ) -> list[dict[str, Any]]:

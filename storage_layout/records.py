@@ -116,34 +116,69 @@ class Isolation(enum.Enum):
     # As UNCOMMITTED, below the last stable offset, with the aborted transactions of the range
     # (a Kafka read_committed fetch: the client skips the aborted records).
     COMMITTED = "read_committed"
+    # Committed data records only, below the last stable offset: aborted records and markers
+    # left out here (HTTP consumers and Spark with isolation.level=read_committed).
+    COMMITTED_DATA = "committed_data"
 
     @property
     def columns(self) -> tuple[str, ...]:
-        return RECORD_COLUMNS if self is Isolation.PLAIN else TRANSACTIONAL_RECORD_COLUMNS
+        if self in (Isolation.PLAIN, Isolation.COMMITTED_DATA):
+            return RECORD_COLUMNS
+        return TRANSACTIONAL_RECORD_COLUMNS
 
     @property
     def needs_index(self) -> bool:
-        return self is Isolation.COMMITTED
+        return self in (Isolation.COMMITTED, Isolation.COMMITTED_DATA)
+
+    @classmethod
+    def for_data_readers(cls, isolation_level: str) -> Isolation:
+        """PLAIN or COMMITTED_DATA for Kafka's `isolation.level` setting.
+
+        Raises:
+            ValueError: the value is neither read_uncommitted nor read_committed.
+        """
+        if isolation_level == cls.UNCOMMITTED.value:
+            return cls.PLAIN
+        if isolation_level == cls.COMMITTED.value:
+            return cls.COMMITTED_DATA
+        raise ValueError(
+            f"isolation.level '{isolation_level}' is not one of Kafka's: use read_uncommitted "
+            f"(the default) or read_committed."
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
     """Records (Arrow columns of `Isolation.columns`) and bounds. `last_stable_offset` and
-    `aborted` (AbortedTransaction entries of the range read) are set by COMMITTED reads."""
+    `aborted` (AbortedTransaction entries of the range read) are set by COMMITTED reads.
+
+    `next_offset` is where the next read goes on: past the last row read, even when the read
+    left that row out (a marker, an aborted record), so a reader never stalls on rows it
+    cannot see. None: nothing was read (reads resume at the same offset)."""
 
     records: pa.Table
     log_start_offset: int
     high_watermark: int
     last_stable_offset: int | None = None
     aborted: tuple = ()
+    next_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionBounds:
-    """log_start_offset <= high_watermark; the partition holds offsets in between."""
+    """log_start_offset <= high_watermark; the partition holds offsets in between. Where
+    asked for, `last_stable_offset`: the first offset of the oldest open transaction, else the
+    high watermark (read_committed readers end there)."""
 
     log_start_offset: int
     high_watermark: int
+    last_stable_offset: int | None = None
+
+    def end_offset(self, isolation: Isolation) -> int:
+        """Where a reader of `isolation` ends: the last stable offset for committed reads."""
+        if isolation.needs_index and self.last_stable_offset is not None:
+            return self.last_stable_offset
+        return self.high_watermark
 
 
 @dataclass(frozen=True, slots=True, order=True)

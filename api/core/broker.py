@@ -459,8 +459,12 @@ class Broker:
                 self._topics_reading = asyncio.ensure_future(self._refresh_topics())
             await asyncio.shield(self._topics_reading)
 
-    async def partition_bounds(self, topic_name: str, partition: int) -> PartitionBounds:
-        """log_start_offset and high watermark from the leader's loaded snapshot (O(1)).
+    async def partition_bounds(
+        self, topic_name: str, partition: int, *, stable: bool = False
+    ) -> PartitionBounds:
+        """log_start_offset and high watermark from the leader's loaded snapshot (O(1)), and
+        the last stable offset when `stable` (from the transaction index: reads the files
+        written since it was last brought up to date, usually none).
 
         Raises:
             NotLeader: another node leads the partition (routes proxy to it first).
@@ -468,6 +472,8 @@ class Broker:
         (await self.topic(topic_name)).check_partition(partition)
         writer = await self.leaders.writer(topic_name, partition)
         writer.notice_foreign_commits()  # the next answer includes other writers' appends
+        if stable:
+            return await self._blocking(writer.log.stable_bounds)
         return writer.log.bounds()
 
     async def delete_records(self, topic_name: str, partition: int, offset: int) -> int:
@@ -709,7 +715,10 @@ class Broker:
             appended = writer.appended_event()
             result = await self._read(writer.log, request)
             remaining_ms = int((deadline - time.monotonic()) * 1000)
-            if result.records.num_rows or remaining_ms <= 0 or self._closing:
+            # next_offset without records: the read passed rows this reader does not see
+            # (markers, aborted records); the reader goes on from there without waiting.
+            moved_on = result.next_offset is not None
+            if result.records.num_rows or moved_on or remaining_ms <= 0 or self._closing:
                 return result
             writer.notice_foreign_commits()
             await self.wait_for_commits([appended], remaining_ms)

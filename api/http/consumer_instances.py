@@ -9,6 +9,8 @@ Beyond the REST Proxy: `records` returns as soon as any record is available (or 
 fetch.min.bytes have arrived, if set), records carry timestamp and headers, fetches on one
 instance are serialized by a lock (a retried long poll waits its turn, it cannot corrupt
 positions), and an expired instance answers with an error that names the expiry.
+`isolation.level` (Kafka's consumer setting) is taken too: read_committed instances see
+committed records only, up to the last stable offset, and `latest` means that offset.
 
 Offsets follow Confluent's v2 meaning at the API (a commit names the last consumed offset; the
 next offset, offset + 1, is stored) and Kafka's in storage. Auto-commit is Kafka's: positions
@@ -47,7 +49,7 @@ from api.core.groups.group import GroupState, JoinRequest, Subscription
 from api.http import remote_reads
 from storage_layout.consumer_offsets import CommittedOffset, OffsetCommit
 from storage_layout.errors import OffsetOutOfRange
-from storage_layout.records import TopicPartition
+from storage_layout.records import Isolation, TopicPartition
 
 log = logging.getLogger("lakelog.consumers")
 
@@ -68,6 +70,7 @@ class InstanceConfig:
     auto_commit: bool = True
     fetch_min_bytes: int = -1
     request_timeout_ms: int = 1000
+    isolation: Isolation = Isolation.PLAIN
 
     @classmethod
     def parse(cls, body: Mapping[str, object]) -> InstanceConfig:
@@ -86,7 +89,14 @@ class InstanceConfig:
         reset = str(body.get("auto.offset.reset") or "latest").lower()
         if reset not in OFFSET_RESETS:
             raise InvalidConsumerConfig(f"auto.offset.reset must be one of {OFFSET_RESETS}.")
+        try:
+            isolation = Isolation.for_data_readers(
+                str(body.get("isolation.level") or "read_uncommitted").lower()
+            )
+        except ValueError as error:
+            raise InvalidConsumerConfig(str(error)) from None
         return cls(
+            isolation=isolation,
             name=_valid_name(str(name)),
             embedded=embedded,
             auto_offset_reset=reset,
@@ -262,7 +272,8 @@ class ConsumerInstances:
             await self._check_assigned(instance, partitions)
             for tp in partitions:
                 bounds = await remote_reads.bounds(self._broker, tp.topic, tp.partition)
-                instance.positions[tp] = bounds.high_watermark if end else bounds.log_start_offset
+                last = bounds.end_offset(instance.config.isolation)
+                instance.positions[tp] = last if end else bounds.log_start_offset
 
     async def seek_timestamps(
         self, group_id: str, name: str, timestamps_ms: Mapping[TopicPartition, int]
@@ -276,7 +287,7 @@ class ConsumerInstances:
                 )
                 if offset is None:  # no record that late: the end, as Kafka's seek would
                     bounds = await remote_reads.bounds(self._broker, tp.topic, tp.partition)
-                    offset = bounds.high_watermark
+                    offset = bounds.end_offset(instance.config.isolation)
                 instance.positions[tp] = offset
 
     # ---- records ---------------------------------------------------------------------------
@@ -417,7 +428,8 @@ class ConsumerInstances:
             bounds.log_start_offset <= committed.offset <= bounds.high_watermark
         ):
             return committed.offset
-        return self._reset(instance, tp, bounds.log_start_offset, bounds.high_watermark)
+        end = bounds.end_offset(instance.config.isolation)
+        return self._reset(instance, tp, bounds.log_start_offset, end)
 
     def _reset(self, instance: ConsumerInstance, tp: TopicPartition, start: int, end: int) -> int:
         policy = instance.config.auto_offset_reset
@@ -483,7 +495,7 @@ class ConsumerInstances:
         """Fetch from the instance's position and advance it (only when records return)."""
         position = instance.positions[tp]
         try:
-            items = await remote_reads.fetch_items(
+            fetched = await remote_reads.fetch_items(
                 self._broker,
                 tp.topic,
                 tp.partition,
@@ -491,15 +503,20 @@ class ConsumerInstances:
                 bytes_max=bytes_max,
                 timeout_ms=timeout_ms,
                 embedded=instance.config.embedded,
+                isolation=instance.config.isolation,
             )
         except OffsetOutOfRange as error:
             start, end = error.log_start_offset, error.high_watermark
+            if instance.config.isolation.needs_index:  # latest: the last stable offset
+                bounds = await remote_reads.bounds(self._broker, tp.topic, tp.partition)
+                end = bounds.end_offset(instance.config.isolation)
             instance.positions[tp] = self._reset(instance, tp, start, end)
             return []
-        if items and instance.positions.get(tp) == position:
-            instance.positions[tp] = items[-1]["offset"] + 1
-            return items
-        return []
+        if fetched.next_offset is None or instance.positions.get(tp) != position:
+            return []  # nothing read, or a seek moved the position meanwhile
+        # Past the last row read, records left out included (markers, aborted records).
+        instance.positions[tp] = fetched.next_offset
+        return fetched.items
 
     async def _maybe_auto_commit(self, instance: ConsumerInstance, *, force: bool = False) -> None:
         if not instance.config.auto_commit or not instance.positions:

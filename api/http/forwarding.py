@@ -16,6 +16,7 @@ from api.core.groups.errors import NotCoordinator
 _PASSED_HEADERS = ("accept", "content-type")
 # Which node read the records of a fetch answer (the leader, or a follower from the table).
 SERVED_BY_HEADER = "x-lakelog-served-by"
+NEXT_OFFSET_HEADER = "x-lakelog-next-offset"  # where a fetch goes on (FetchResult.next_offset)
 
 
 async def proxy_to_leader(request: Request, broker: Broker, leader_url: str) -> Response:

@@ -4,15 +4,26 @@ them for partitions that other nodes lead."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import httpx
 import orjson
 
 from api.core.broker import Broker
 from api.core.errors import NotLeader
 from api.core.records import FetchRequest
+from api.http.forwarding import NEXT_OFFSET_HEADER
 from api.http.wire import RECORD_MEDIA_TYPES, records_to_items
 from storage_layout.errors import OffsetOutOfRange
-from storage_layout.records import PartitionBounds
+from storage_layout.records import Isolation, PartitionBounds
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedItems:
+    """v2 consumer items, and where the next fetch goes on (None: nothing was read)."""
+
+    items: list[dict]
+    next_offset: int | None
 
 
 async def fetch_items(
@@ -24,39 +35,48 @@ async def fetch_items(
     bytes_max: int,
     timeout_ms: int,
     embedded: str,
-) -> list[dict]:
+    isolation: Isolation = Isolation.PLAIN,
+) -> FetchedItems:
     """Records from `offset` as v2 consumer items; long-polls up to `timeout_ms`.
 
     Raises:
         OffsetOutOfRange: `offset` is below log_start_offset or above the high watermark.
     """
     url = await broker.remote_leader_url(topic, partition)
-    request = FetchRequest(topic, partition, offset, bytes_max, timeout_ms)
+    request = FetchRequest(topic, partition, offset, bytes_max, timeout_ms, isolation)
     if url is None:
         result = await broker.fetch(request)
     else:  # committed records from the shared table; the head from the leader
         result = await broker.read_as_follower(request)
     if result is not None:
-        return records_to_items(result.records, topic=topic, partition=partition, embedded=embedded)
+        items = records_to_items(
+            result.records, topic=topic, partition=partition, embedded=embedded
+        )
+        return FetchedItems(items, result.next_offset)
+    params = {"offset": offset, "max_bytes": bytes_max, "timeout": timeout_ms}
+    params["isolation.level"] = "read_committed" if isolation.needs_index else "read_uncommitted"
     answer = await _get(
         broker,
         f"{url}/topics/{topic}/partitions/{partition}/records",
-        params={"offset": offset, "max_bytes": bytes_max, "timeout": timeout_ms},
+        params=params,
         headers={"Accept": RECORD_MEDIA_TYPES[embedded]},
     )
     if answer.status_code == 416:
         remote = await bounds(broker, topic, partition)
         raise OffsetOutOfRange(offset, remote.log_start_offset, remote.high_watermark)
-    return _ok(answer, url)
+    next_offset = answer.headers.get(NEXT_OFFSET_HEADER)
+    return FetchedItems(_ok(answer, url), int(next_offset) if next_offset else None)
 
 
 async def bounds(broker: Broker, topic: str, partition: int) -> PartitionBounds:
-    """log_start_offset and high watermark from the partition's leader."""
+    """log_start_offset, high watermark and last stable offset from the partition's leader."""
     url = await broker.remote_leader_url(topic, partition)
     if url is None:
-        return await broker.partition_bounds(topic, partition)
+        return await broker.partition_bounds(topic, partition, stable=True)
     body = _ok(await _get(broker, f"{url}/topics/{topic}/partitions/{partition}/offsets"), url)
-    return PartitionBounds(body["beginning_offset"], body["end_offset"])
+    return PartitionBounds(
+        body["beginning_offset"], body["end_offset"], body.get("last_stable_offset")
+    )
 
 
 async def offset_for_timestamp(

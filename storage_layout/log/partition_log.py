@@ -258,6 +258,12 @@ class DeltaPartitionLog:
         snapshot = self._snapshot
         return PartitionBounds(snapshot.log_start_offset, snapshot.high_watermark)
 
+    def stable_bounds(self) -> PartitionBounds:
+        """bounds() with the last stable offset (may read files newer than the index)."""
+        snapshot = self._snapshot
+        stable = self.transaction_index(snapshot).last_stable_offset(snapshot.high_watermark)
+        return PartitionBounds(snapshot.log_start_offset, snapshot.high_watermark, stable)
+
     def read(
         self,
         *,
@@ -341,6 +347,8 @@ class DeltaPartitionLog:
         """
         if transaction is not None and transaction.app_id in RESERVED_APP_IDS:
             raise ValueError(f"txn app id {transaction.app_id!r} is reserved by the log")
+        if producers is not None and any(p is not None and len(p) > 3 and p[3] for p in producers):
+            self.ensure_transaction_columns()
         staged = self.stage_append(records, config=config, now_ms=now_ms, producers=producers)
         return self.commit_staged(staged, transaction=transaction)
 
@@ -377,7 +385,35 @@ class DeltaPartitionLog:
         def build(base_offset: int, now_ms: int) -> pa.Table:
             return marker_table(base_offset, producer_id, epoch, control, now_ms)
 
+        self.ensure_transaction_columns()
         return self.commit_staged(self._stage(build, config=config, now_ms=None, after=None))
+
+    def ensure_transaction_columns(self) -> bool:
+        """Add FORMAT.md §14's columns to the Delta schema of a table created before them, in
+        a commit of its own (True), before the first transactional row is written: files
+        with columns the schema lacks would lose them in Spark's maintenance rewrites, and
+        plain Delta readers would not see them. False when the schema has them.
+
+        Raises:
+            AppendConflict: other commits kept coming first (retry).
+            StorageUnavailable: the storage could not be written.
+        """
+        for attempt in range(LEADERSHIP_ATTEMPTS_MAX):
+            if attempt:
+                self.reload()
+            state = self._snapshot.state
+            if state is None:
+                self.reload()
+                state = self._snapshot.state
+            upgraded = log_commit.with_transaction_fields(dict(state.metadata))
+            if upgraded is None:
+                return False
+            version = self._snapshot.table_version + 1
+            actions = log_commit.metadata_actions(upgraded, _now_ms())
+            if self._put_commit(version, log_commit.ndjson(actions)):
+                self._snapshot = _committed(self._snapshot, version, actions)
+                return True
+        raise AppendConflict(f"{self.table_uri}: other commits kept coming before its upgrade.")
 
     def _stage(self, build, *, config: TopicConfig, now_ms: int | None, after) -> StagedAppend:
         """Write the data file `build(base_offset, now_ms)` makes, at the high watermark (or

@@ -24,6 +24,7 @@ from storage_layout.log.snapshot import DataFile, LogSnapshot
 from storage_layout.log.transaction_index import (
     INDEX_COLUMNS,
     TransactionIndex,
+    aborted_mask,
     transactional_rows,
 )
 from storage_layout.records import FetchResult, Isolation
@@ -64,10 +65,17 @@ def read_records(
             records = _read_files(store, snapshot, from_offset, records_max, bytes_max)
         records = limit_bytes(records, bytes_max)
     if isolation is Isolation.PLAIN:
-        return FetchResult(_without_markers(records), start, end)
+        return FetchResult(_without_markers(records), start, end, next_offset=_after(records))
     if isolation is Isolation.UNCOMMITTED:
-        return FetchResult(records, start, end, end)
-    return _committed(records, start, end, from_offset, transactions)
+        return FetchResult(records, start, end, end, next_offset=_after(records))
+    committed = _committed(records, start, end, from_offset, transactions)
+    if isolation is Isolation.COMMITTED:
+        return committed
+    return _committed_data(committed)
+
+
+def _after(records: pa.Table) -> int | None:
+    return records.column("offset")[-1].as_py() + 1 if records.num_rows else None
 
 
 def _without_markers(records: pa.Table) -> pa.Table:
@@ -82,9 +90,23 @@ def _committed(records, start, end, from_offset, index: TransactionIndex) -> Fet
     stable = index.last_stable_offset(end)
     if records.num_rows and records.column("offset")[-1].as_py() >= stable:
         records = records.filter(pc.less(records.column("offset"), stable))
-    read_to = records.column("offset")[-1].as_py() + 1 if records.num_rows else from_offset
+    read_to = _after(records) or from_offset
     aborted = tuple(index.aborted_between(from_offset, read_to))
-    return FetchResult(records, start, end, stable, aborted)
+    return FetchResult(records, start, end, stable, aborted, _after(records))
+
+
+def _committed_data(committed: FetchResult) -> FetchResult:
+    """A COMMITTED read with the aborted records and the markers taken out here."""
+    records = committed.records
+    if committed.aborted:
+        records = records.filter(pc.invert(aborted_mask(records, committed.aborted)))
+    return FetchResult(
+        _without_markers(records),
+        committed.log_start_offset,
+        committed.high_watermark,
+        committed.last_stable_offset,
+        next_offset=committed.next_offset,
+    )
 
 
 def transactional_rows_from(store: Store, snapshot: LogSnapshot, from_offset: int) -> pa.Table:

@@ -6,7 +6,7 @@ control), so any node, leader or not, derives the same index from the same snaps
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -38,8 +38,10 @@ class TransactionIndex:
     aborted: tuple[AbortedTransaction, ...] = ()  # in marker (last_offset) order
 
     def last_stable_offset(self, high_watermark: int) -> int:
-        """The first offset of the oldest open transaction, else the high watermark."""
-        return min(self.open_first_offsets.values(), default=high_watermark)
+        """The first offset of the oldest open transaction, else the high watermark (an index
+        newer than the snapshot of `high_watermark` never puts it past that)."""
+        oldest_open = min(self.open_first_offsets.values(), default=high_watermark)
+        return min(oldest_open, high_watermark)
 
     def aborted_between(self, from_offset: int, to_offset: int) -> list[AbortedTransaction]:
         """Aborted transactions with records in [from_offset, to_offset)."""
@@ -63,6 +65,22 @@ class TransactionIndex:
             if control == CONTROL_ABORT and first is not None:
                 aborted.append(AbortedTransaction(producer_id, first, offset))
         return TransactionIndex(indexed_to, open_first, tuple(aborted))
+
+
+def aborted_mask(records: pa.Table, aborted: Iterable[AbortedTransaction]) -> pa.ChunkedArray:
+    """True for the rows of `records` (offset, producer_id and transactional columns at least)
+    that belong to one of the `aborted` transactions: transactional rows of its producer within
+    [first_offset, last_offset]. Markers are not covered: they are told apart by `control`."""
+    offsets, producers = records.column("offset"), records.column("producer_id")
+    mask = pc.equal(offsets, -1)  # all False, the shape of the table
+    for entry in aborted:
+        in_range = pc.and_(
+            pc.greater_equal(offsets, entry.first_offset),
+            pc.less_equal(offsets, entry.last_offset),
+        )
+        mask = pc.or_(mask, pc.and_(pc.equal(producers, entry.producer_id), in_range))
+    transactional = pc.fill_null(records.column("transactional"), False)
+    return pc.and_(pc.fill_null(mask, False), transactional)
 
 
 def transactional_rows(table: pa.Table, from_offset: int) -> pa.Table:

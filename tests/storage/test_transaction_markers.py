@@ -13,7 +13,13 @@ from storage_layout.log.files import read_columns
 from storage_layout.log.snapshot import DataFile
 from storage_layout.log.transaction_index import AbortedTransaction
 from storage_layout.records import Isolation, NewRecord
-from storage_layout.schema import CONTROL_ABORT, CONTROL_COMMIT, FILE_SCHEMA
+from storage_layout.schema import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    FILE_SCHEMA,
+    PARTITION_SCHEMA,
+    TRANSACTION_COLUMNS,
+)
 from storage_layout.store import open_store, write_parquet
 from storage_layout.topic_config import TopicConfig
 
@@ -116,6 +122,27 @@ def test_each_isolation_reads_what_it_promises(log):
     assert committed.records.column("offset").to_pylist() == [0, 1, 2, 3, 4]
     assert committed.aborted == (AbortedTransaction(2, 3, 4),)
     assert read(log, Isolation.COMMITTED, from_offset=5).aborted == ()
+    data = read(log, Isolation.COMMITTED_DATA)
+    assert data.records.column("offset").to_pylist() == [0, 1, 2]  # 3 aborted, 4 its marker
+    assert data.records.column_names == list(Isolation.PLAIN.columns)
+    assert (data.last_stable_offset, data.next_offset) == (5, 5)
+
+
+def test_a_read_of_only_hidden_rows_still_moves_the_reader_on(log):
+    mixed_partition(log)
+    hidden = log.read(
+        from_offset=3, records_max=2, bytes_max=10**6, isolation=Isolation.COMMITTED_DATA
+    )
+    assert hidden.records.num_rows == 0  # the aborted record and its marker
+    assert hidden.next_offset == 5
+    assert read(log, Isolation.PLAIN, from_offset=8).next_offset is None  # nothing to read
+
+
+def test_isolation_level_names_map_to_data_reads():
+    assert Isolation.for_data_readers("read_uncommitted") is Isolation.PLAIN
+    assert Isolation.for_data_readers("read_committed") is Isolation.COMMITTED_DATA
+    with pytest.raises(ValueError, match="read_uncommitted .* or read_committed"):
+        Isolation.for_data_readers("serializable")
 
 
 def test_the_index_rebuilt_from_the_files_matches_the_one_kept_while_appending(log):
@@ -137,3 +164,36 @@ def test_markers_are_not_producer_batches_when_the_state_is_rebuilt(log):
     reopened = DeltaPartitionLog.open(log.table_uri)
     entry = reopened.producer_states().entry(PRODUCER)
     assert (entry.epoch, entry.last_sequence) == (EPOCH, 0)
+
+
+def old_table(tmp_path) -> str:
+    """A partition table created before the transaction columns, with one plain record."""
+    uri = str(tmp_path / "old" / "0")
+    old_schema = pa.schema([f for f in PARTITION_SCHEMA if f.name not in TRANSACTION_COLUMNS])
+    DeltaTable.create(uri, old_schema, partition_by=["segment"])
+    DeltaPartitionLog.open(uri).append(values("before"), config=CONFIG)
+    return uri
+
+
+def delta_columns(uri: str) -> list[str]:
+    return [field.name for field in DeltaTable(uri).schema().fields]
+
+
+@pytest.mark.parametrize("first_write", ["transactional records", "a marker"])
+def test_the_first_transactional_write_adds_the_columns_to_an_old_table(tmp_path, first_write):
+    uri = old_table(tmp_path)
+    assert "transactional" not in delta_columns(uri)
+    log = DeltaPartitionLog.open(uri)
+    log.append(values("plain"), config=CONFIG, producers=[(PRODUCER, 0, 0)])
+    assert "transactional" not in delta_columns(uri)  # idempotent records need no upgrade
+    if first_write == "a marker":
+        log.append_marker(PRODUCER, 0, CONTROL_ABORT, config=CONFIG)
+    else:
+        log.append(values("in-txn"), config=CONFIG, producers=transactional(1, 1))
+    columns = delta_columns(uri)
+    assert columns.index("transactional") < columns.index("control") < columns.index("segment")
+    assert not log.ensure_transaction_columns()  # once
+    reopened = DeltaPartitionLog.open(uri)
+    assert reopened.snapshot.high_watermark == 3
+    table = DeltaTable(uri).to_pyarrow_table(columns=["offset", "transactional"])
+    assert sorted(table.to_pylist(), key=lambda row: row["offset"])[2]["transactional"] is True

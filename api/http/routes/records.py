@@ -2,6 +2,11 @@
 
 A long-poll: returns as soon as at least one record exists at `offset`, else after `timeout` ms
 with `[]`. Records carry timestamp and headers, which the Confluent v2 API leaves out.
+
+`isolation.level=read_committed` returns committed records only, below the last stable offset
+(aborted records and transaction markers are left out). Either way the `x-lakelog-next-offset`
+header says where to read next: past rows this read left out, so a reader that goes on from
+there never stalls on an aborted transaction or a marker. Absent: nothing was read.
 """
 
 from __future__ import annotations
@@ -13,10 +18,13 @@ from starlette.responses import Response
 
 from api.core.records import FetchRequest
 from api.http.deps import BrokerDep
-from api.http.forwarding import SERVED_BY_HEADER, proxy_to_leader
+from api.http.errors import ApiError
+from api.http.forwarding import NEXT_OFFSET_HEADER, SERVED_BY_HEADER, proxy_to_leader
 from api.http.wire import RECORD_MEDIA_TYPES, fetch_format, records_to_json
+from storage_layout.records import Isolation
 
 router = APIRouter(tags=["records"])
+INVALID_ISOLATION_LEVEL = 42215
 
 
 @router.get(
@@ -32,6 +40,13 @@ async def fetch_records(
     offset: Annotated[int, Query(ge=0, description="First offset to return")],
     max_bytes: Annotated[int | None, Query(gt=0, description="Bytes of keys+values")] = None,
     timeout: Annotated[int, Query(ge=0, description="Wait for data, in ms")] = 0,
+    isolation_level: Annotated[
+        str,
+        Query(
+            alias="isolation.level",
+            description="read_uncommitted (default) or read_committed (committed records only)",
+        ),
+    ] = "read_uncommitted",
 ) -> Response:
     embedded = fetch_format(request.headers.get("accept"))
     settings = broker.settings
@@ -41,6 +56,7 @@ async def fetch_records(
         offset=offset,
         bytes_max=min(max_bytes or settings.fetch_bytes_max_default, settings.fetch_bytes_max_cap),
         timeout_ms=min(timeout, settings.fetch_timeout_ms_max),
+        isolation=isolation_from(isolation_level),
     )
     leader_url = await broker.remote_leader_url(topic, partition)
     if leader_url is None:
@@ -50,5 +66,15 @@ async def fetch_records(
         if result is None:  # the head: the leader's tail and long-poll answer
             return await proxy_to_leader(request, broker, leader_url)
     body = records_to_json(result.records, topic=topic, partition=partition, embedded=embedded)
-    served_by = {SERVED_BY_HEADER: str(settings.node_id)}
-    return Response(body, media_type=RECORD_MEDIA_TYPES[embedded], headers=served_by)
+    headers = {SERVED_BY_HEADER: str(settings.node_id)}
+    if result.next_offset is not None:
+        headers[NEXT_OFFSET_HEADER] = str(result.next_offset)
+    return Response(body, media_type=RECORD_MEDIA_TYPES[embedded], headers=headers)
+
+
+def isolation_from(isolation_level: str) -> Isolation:
+    """The data read for Kafka's `isolation.level` value (422 with what to send otherwise)."""
+    try:
+        return Isolation.for_data_readers(isolation_level)
+    except ValueError as error:
+        raise ApiError(422, INVALID_ISOLATION_LEVEL, str(error)) from None

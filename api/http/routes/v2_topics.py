@@ -60,7 +60,7 @@ async def get_partition(topic: str, partition: int, broker: BrokerDep) -> dict:
 
 @router.get(
     "/topics/{topic}/partitions/{partition}/offsets",
-    summary="log_start_offset (beginning) and high watermark (end) of a partition",
+    summary="log_start_offset (beginning), high watermark (end) and last stable offset",
     response_model=None,
 )
 async def get_partition_offsets(
@@ -81,8 +81,14 @@ async def get_partition_offsets(
     leader_url = await broker.remote_leader_url(topic, partition)
     if leader_url is not None:  # the leader's snapshot is current; ours would need a reload
         return await proxy_to_leader(request, broker, leader_url)
-    bounds = await broker.partition_bounds(topic, partition)
-    body = {"beginning_offset": bounds.log_start_offset, "end_offset": bounds.high_watermark}
+    bounds = await broker.partition_bounds(topic, partition, stable=True)
+    body = {
+        "beginning_offset": bounds.log_start_offset,
+        "end_offset": bounds.high_watermark,
+        # lakelog extension: where read_committed readers end (below end_offset while a
+        # transaction is open)
+        "last_stable_offset": bounds.last_stable_offset,
+    }
     if timestamp is not None:
         body["timestamp_offset"] = await broker.offset_for_timestamp(topic, partition, timestamp)
     return body

@@ -10,7 +10,9 @@ Choices where Confluent is silent or odd:
 - Lag is reported for partitions with a committed offset only, as Confluent does: an assigned
   partition without one has no `current_offset`, so it is left out (it shows up in
   `lakelog groups describe` with `-`, as in Kafka's tool). `lag` is
-  `max(0, log_end_offset - current_offset)`; `log_end_offset` is the high watermark.
+  `max(0, log_end_offset - current_offset)`; `log_end_offset` is the last stable offset (the
+  high watermark unless a transaction is open), as Confluent's lag reads the ends with
+  READ_COMMITTED: records of an open transaction are not yet there to consume.
 - The lag list of a group without committed offsets is an empty list (Confluent answers 404);
   the lag summary then is 404 (error_code 404), as in Confluent, since there is no maximum.
 - `is_simple` is true while the group has no members: its offsets are only committed by
@@ -38,7 +40,7 @@ from api.http.forwarding import served_by_coordinator
 from api.http.routes.internal import INTERNAL_GROUPS_PATH, group_summary, local_group_summaries
 from api.http.routes.v3_topics import check_cluster, list_body
 from storage_layout.errors import PartitionNotFound, TopicNotFound
-from storage_layout.records import TopicPartition
+from storage_layout.records import Isolation, TopicPartition
 
 router = APIRouter(prefix="/v3/clusters/{cluster_id}/consumer-groups", tags=["v3 consumer groups"])
 
@@ -66,7 +68,7 @@ class Links:
 
 @dataclass(frozen=True, slots=True)
 class PartitionLag:
-    """A committed offset against the partition's high watermark, and who owns the partition."""
+    """A committed offset against the partition's last stable offset, and who owns it."""
 
     partition: TopicPartition
     current_offset: int
@@ -233,14 +235,15 @@ async def group_lags(
 
 
 async def _log_end_offsets(broker: Broker, partitions: list[TopicPartition]) -> list[int | None]:
-    """High watermarks from each partition's leader, at most BOUNDS_CONCURRENCY_MAX at once;
-    None for a partition that no longer exists."""
+    """Last stable offsets from each partition's leader, at most BOUNDS_CONCURRENCY_MAX at
+    once; None for a partition that no longer exists."""
     limit = asyncio.Semaphore(BOUNDS_CONCURRENCY_MAX)
 
     async def one(tp: TopicPartition) -> int | None:
         async with limit:
             try:
-                return (await remote_reads.bounds(broker, tp.topic, tp.partition)).high_watermark
+                bounds = await remote_reads.bounds(broker, tp.topic, tp.partition)
+                return bounds.end_offset(Isolation.COMMITTED)
             except (TopicNotFound, PartitionNotFound):
                 return None
 

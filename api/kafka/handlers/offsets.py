@@ -12,27 +12,36 @@ from api.kafka.errors import error_code
 
 LATEST = -1
 EARLIEST = -2
+READ_COMMITTED = 1  # ListOffsets' isolation_level
 
 
 async def list_offsets(connection: Connection, request, version: int) -> dict:
+    # read_committed (v2+): "latest" is the last stable offset, so a consumer starting there
+    # does not skip the records of a transaction still open below the high watermark.
+    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics = []
     for topic in request.topics:
         partitions = [
-            await _one(connection, topic.name, p.partition_index, p.timestamp)
+            await _one(connection, topic.name, p.partition_index, p.timestamp, committed)
             for p in topic.partitions
         ]
         topics.append({"name": topic.name, "partitions": partitions})
     return {"throttle_time": 0, "topics": topics}
 
 
-async def _one(connection: Connection, topic: str, partition: int, timestamp: int) -> dict:
+async def _one(
+    connection: Connection, topic: str, partition: int, timestamp: int, committed: bool
+) -> dict:
     broker = connection.broker
     answer = {"partition_index": partition, "error_code": ErrorCode.none}
     try:
         connection.check("DESCRIBE", "topic", topic)
-        if timestamp in (LATEST, EARLIEST):
+        if timestamp == EARLIEST:
             bounds = await broker.partition_bounds(topic, partition)
-            offset = bounds.high_watermark if timestamp == LATEST else bounds.log_start_offset
+            return answer | {"timestamp": -1, "offset": bounds.log_start_offset}
+        if timestamp == LATEST:
+            bounds = await broker.partition_bounds(topic, partition, stable=committed)
+            offset = bounds.last_stable_offset if committed else bounds.high_watermark
             return answer | {"timestamp": -1, "offset": offset}
         if timestamp < 0:
             return answer | {"error_code": ErrorCode.invalid_request}
