@@ -22,8 +22,6 @@ INTERNAL_APPEND_PATH = "/_lakelog/internal/topics/{topic}/partitions/{partition}
 # the group's coordinator (FORMAT.md §14, §15).
 INTERNAL_MARKER_PATH = "/_lakelog/internal/topics/{topic}/partitions/{partition}/marker"
 INTERNAL_TXN_OFFSETS_PATH = "/_lakelog/internal/groups/{group}/transaction-offsets"
-# Offsets a group's coordinator received within a transaction, for the transaction's coordinator.
-INTERNAL_PENDING_OFFSETS_PATH = "/_lakelog/internal/transactions/pending-offsets"
 
 
 @dataclass(frozen=True, slots=True)

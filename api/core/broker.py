@@ -20,7 +20,6 @@ from api.core import node_tls
 from api.core.cluster import Cluster, ClusterSettings
 from api.core.errors import (
     BrokerShuttingDown,
-    ConcurrentTransactions,
     InvalidRequest,
     KeyRequired,
     NotLeader,
@@ -39,7 +38,8 @@ from api.core.records import (
     RecordQueued,
 )
 from api.core.scheduled_jobs import ScheduledJobs
-from api.core.transactions import TransactionCoordinator, transaction_error_from
+from api.core.transaction_requests import TransactionRequests
+from api.core.transactions import TransactionCoordinator
 from api.core.writer import (
     FOREIGN_CHECK_INTERVAL_MS,
     BatchAck,
@@ -51,7 +51,6 @@ from storage_layout import paths, store
 from storage_layout.append_wire import (
     INTERNAL_APPEND_PATH,
     INTERNAL_MARKER_PATH,
-    INTERNAL_PENDING_OFFSETS_PATH,
     INTERNAL_TXN_OFFSETS_PATH,
     encode_append,
 )
@@ -112,6 +111,7 @@ class Broker:
         self.leaders: Leaders | None = None
         self.groups = None  # GroupCoordinator, once started
         self.transactions = None  # TransactionCoordinator, once started
+        self.transaction_requests = None  # TransactionRequests: its operations from any node
         self._maintenance: asyncio.Task | None = None
         self.scheduled_jobs: ScheduledJobs | None = None  # in-gateway maintenance, if on
         self._scheduled: asyncio.Task | None = None
@@ -209,6 +209,12 @@ class Broker:
             blocking=self._blocking,
         )
         self.transactions.start()
+        self.transaction_requests = TransactionRequests(
+            self.transactions,
+            node_id=self.cluster.node_id,
+            node_url=self.cluster.url,
+            http=self._http,
+        )
 
     async def write_marker(
         self, topic_name: str, partition: int, marker: TransactionMarker, *, forward: bool = True
@@ -235,40 +241,12 @@ class Broker:
         """Offsets sent within a transaction (TxnOffsetCommit reaches the group's coordinator),
         kept by the transaction's coordinator, and unstable at the group's coordinator (this
         node) until the transaction ends (KIP-447)."""
-        await self._keep_transaction_offsets(transactional_id, producer_id, epoch, offsets)
+        await self.transaction_requests.add_offsets(transactional_id, producer_id, epoch, offsets)
         for group_id in {offset.group_id for offset in offsets}:
             partitions = [
                 TopicPartition(o.topic, o.partition) for o in offsets if o.group_id == group_id
             ]
             await self.groups.note_transactional(group_id, producer_id, partitions)
-
-    async def _keep_transaction_offsets(
-        self, transactional_id: str, producer_id: int, epoch: int, offsets: list
-    ) -> None:
-        """At the transaction's coordinator: here, or forwarded to it."""
-        node = self.transactions.coordinator_of(transactional_id)
-        if node == self.cluster.node_id:
-            await self.transactions.add_offset_commits(
-                transactional_id, producer_id, epoch, offsets
-            )
-            return
-        url = self.cluster.url(node)
-        if url is None:
-            raise ConcurrentTransactions(f"Node {node}'s address is not known yet; retry.")
-        body = {
-            "transactional_id": transactional_id,
-            "producer_id": producer_id,
-            "epoch": epoch,
-            "offsets": [dataclasses.asdict(offset) for offset in offsets],
-        }
-        try:
-            response = await self._http.post(url + INTERNAL_PENDING_OFFSETS_PATH, json=body)
-        except httpx.HTTPError as error:
-            raise ConcurrentTransactions(
-                f"The coordinator of {transactional_id!r} is unreachable ({error!r}); retry."
-            ) from None
-        if response.status_code != 200:
-            raise transaction_error_from(response.json())
 
     async def _commit_transaction_offsets(self, group_id: str, commits, producer_id: int) -> None:
         """An ended transaction's offsets (none if it aborted) at the group's coordinator,
@@ -556,6 +534,8 @@ class Broker:
         topic = await self.topic(topic_name)
         results: list = [None] * len(records)
         by_partition = self._route(topic, records, results)
+        if idempotence is not None and idempotence.transactional_id is not None:
+            await self._add_to_transaction(topic_name, by_partition, idempotence, results)
         batches = {
             partition: idempotence.batch(partition, len(indexes)) if idempotence else None
             for partition, indexes in by_partition.items()
@@ -569,6 +549,25 @@ class Broker:
             )
         )
         return results
+
+    async def _add_to_transaction(
+        self, topic_name: str, by_partition: dict, idempotence: Idempotence, results: list
+    ) -> None:
+        """A transactional produce adds its partitions to the transaction first (as KIP-890's
+        second protocol does on the broker); refused, no record of the request is written."""
+        partitions = [TopicPartition(topic_name, p) for p in by_partition]
+        try:
+            await self.transaction_requests.add_partitions(
+                idempotence.transactional_id,
+                idempotence.producer_id,
+                idempotence.epoch,
+                partitions,
+            )
+        except Exception as error:
+            for indexes in by_partition.values():
+                for index in indexes:
+                    results[index] = error
+            by_partition.clear()
 
     def _route(self, topic: TopicInfo, records, results) -> dict[int, list[int]]:
         limit = topic.config.max_message_bytes

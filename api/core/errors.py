@@ -96,6 +96,12 @@ class InvalidTransactionTimeout(TransactionError):
     code = "INVALID_TRANSACTION_TIMEOUT"
 
 
+class TransactionalIdNotFound(TransactionError):
+    """No producer was ever initialised with the transactional id."""
+
+    code = "TRANSACTIONAL_ID_NOT_FOUND"
+
+
 class TransactionCoordinatorUnavailable(TransactionError):
     """This node does not coordinate the transactional id; find the coordinator again."""
 

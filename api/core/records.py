@@ -41,12 +41,14 @@ class RecordQueued:
 @dataclass(frozen=True, slots=True)
 class Idempotence:
     """Producer fields of a produce request: a base sequence per partition that receives
-    records (`base_sequences`), or one base sequence for whichever partition does (v3)."""
+    records (`base_sequences`), or one base sequence for whichever partition does (v3). With
+    `transactional_id`, the records belong to the open transaction of that id."""
 
     producer_id: int
     epoch: int
     base_sequences: Mapping[int, int] | None = None
     base_sequence: int | None = None
+    transactional_id: str | None = None
 
     def batch(self, partition: int, count: int) -> ProducerBatch:
         """The batch of `count` records routed to `partition` (InvalidProducerRequest if none)."""
@@ -59,7 +61,8 @@ class Idempotence:
                 f"Records are routed to partition {partition} but the request has no base "
                 f"sequence for it: add \"{partition}\" to 'base_sequences'."
             )
-        batch = ProducerBatch(self.producer_id, self.epoch, sequence, count)
+        transactional = self.transactional_id is not None
+        batch = ProducerBatch(self.producer_id, self.epoch, sequence, count, transactional)
         try:
             check_batch_shape(batch)
         except ValueError as error:

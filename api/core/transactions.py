@@ -26,6 +26,7 @@ from api.core.errors import (
     InvalidProducerIdMapping,
     InvalidTransactionTimeout,
     InvalidTxnState,
+    TransactionalIdNotFound,
     TransactionCoordinatorUnavailable,
 )
 from api.core.writer import TransactionMarker
@@ -125,6 +126,21 @@ class TransactionCoordinator:
             )
             await self._save(fresh)
             return identity
+
+    async def describe(self, transactional_id: str) -> TxnState:
+        """The id's newest state (Kafka's DescribeTransactions).
+
+        Raises:
+            TransactionalIdNotFound: no producer was initialised with the id.
+        """
+        self._lock(transactional_id)  # raises when another node coordinates it
+        state = await self._load(transactional_id)
+        if state is None:
+            raise TransactionalIdNotFound(
+                f"Transactional id {transactional_id!r} is unknown: begin (InitProducerId) "
+                "creates it."
+            )
+        return state
 
     async def add_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence
@@ -341,6 +357,7 @@ _FORWARDED_ERRORS = {
         InvalidProducerIdMapping,
         InvalidTransactionTimeout,
         TransactionCoordinatorUnavailable,
+        TransactionalIdNotFound,
         ProducerFenced,
     )
 }

@@ -137,6 +137,13 @@ async def bind_producer(request: Request, producer_id: int) -> None:
     await security_of(request).bind_producer(producer_id, principal_of(request))
 
 
+def check_transactional(request: Request, idempotence) -> None:
+    """A produce within a transaction needs WRITE on its transactional id (as Kafka's
+    AddPartitionsToTxn does)."""
+    if idempotence.transactional_id is not None:
+        require(request, "WRITE", "transactional_id", idempotence.transactional_id)
+
+
 async def check_producer(request: Request, producer_id: int) -> None:
     if not context_of(request).via_node:
         await security_of(request).check_producer(producer_id, principal_of(request))

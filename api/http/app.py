@@ -28,6 +28,7 @@ from api.http.routes import (
     v3_producers,
     v3_records,
     v3_topics,
+    v3_transactions,
 )
 from api.http.security_middleware import SecurityMiddleware
 from api.security.node_auth import install_signing
@@ -108,6 +109,7 @@ def create_app(
         v3_topics,
         v3_records,
         v3_producers,
+        v3_transactions,
         v3_groups,
         v3_acls,
         v3_maintenance,

@@ -1,5 +1,5 @@
 """Route -> authorization rule: what every gateway route requires (Kafka's mapping of requests
-to operations on resources). `tests/security/test_route_rules.py` fails if a route has none.
+to operations on resources). `tests/security/test_units.py` fails if a route has none.
 
 Kinds: "acl" (the checks, on path parameters, made before the route runs), "route" (the route
 checks itself, because the resource is in the body: see `also`), "filter" (a list filtered to
@@ -45,6 +45,10 @@ def group(operation: str, **kwargs) -> Rule:
     return Rule(checks=(Check(operation, "group", "group"),), **kwargs)
 
 
+def transactional(operation: str, **kwargs) -> Rule:
+    return Rule(checks=(Check(operation, "transactional_id", "transactional_id"),), **kwargs)
+
+
 def cluster(operation: str) -> Rule:
     return Rule(checks=(Check(operation, "cluster", CLUSTER),))
 
@@ -52,6 +56,7 @@ def cluster(operation: str) -> Rule:
 INSTANCE = "/consumers/{group}/instances/{instance}"
 V3 = "/v3/clusters/{cluster_id}"
 V3_GROUP = V3 + "/consumer-groups/{group}"
+V3_TRANSACTION = V3 + "/transactions/{transactional_id}"
 _READ_TOPICS = "READ on every topic named in the body"
 _DEAD_LETTER = "READ on the topic, WRITE (and CREATE, if new) on the dead letter topic"
 
@@ -150,11 +155,24 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", V3 + "/maintenance"): cluster("DESCRIBE"),
     ("POST", V3 + "/acls"): cluster("ALTER"),
     ("DELETE", V3 + "/acls"): cluster("ALTER"),
+    # transactions (lakelog extension; Kafka: InitProducerId/EndTxn = WRITE transactional id,
+    # TxnOffsetCommit = READ group, DescribeTransactions = DESCRIBE transactional id)
+    ("POST", V3_TRANSACTION + "/begin"): transactional("WRITE"),
+    ("POST", V3_TRANSACTION + "/commit"): transactional("WRITE", also="producer id owned"),
+    ("POST", V3_TRANSACTION + "/abort"): transactional("WRITE", also="producer id owned"),
+    ("GET", V3_TRANSACTION): transactional("DESCRIBE"),
+    ("POST", V3_TRANSACTION + "/consumer-groups/{group}/offsets"): Rule(
+        checks=(
+            Check("WRITE", "transactional_id", "transactional_id"),
+            Check("READ", "group", "group"),
+        ),
+        also="producer id owned",
+    ),
     # node to node
     ("POST", "/_lakelog/internal/topics/{topic}/partitions/{partition}/append"): NODE,
     ("GET", "/_lakelog/internal/groups"): NODE,
     ("POST", "/_lakelog/internal/topics/{topic}/partitions/{partition}/marker"): NODE,
-    ("POST", "/_lakelog/internal/transactions/pending-offsets"): NODE,
+    ("POST", "/_lakelog/internal/transactions/{operation}"): NODE,
     ("POST", "/_lakelog/internal/groups/{group}/transaction-offsets"): NODE,
 }
 

@@ -122,6 +122,25 @@ INT32_MAX = 2**31 - 1  # partitions and sequences are Kafka int32s
 TIMESTAMP_MS_MAX = 253_402_300_799_999
 
 _PRODUCER_FIELDS = ("producer_id", "producer_epoch", "base_sequence", "base_sequences")
+TRANSACTIONAL_ID_CHARS_MAX = 249
+
+
+def _transactional_id(document: dict) -> str | None:
+    """The `transactional_id` of a produce (its records join that id's open transaction)."""
+    value = document.get("transactional_id")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= TRANSACTIONAL_ID_CHARS_MAX:
+        raise _producer_error(
+            f"'transactional_id' must be a string of 1 to {TRANSACTIONAL_ID_CHARS_MAX} "
+            "characters: the id given to begin."
+        )
+    if "producer_id" not in document:
+        raise _producer_error(
+            "A transactional produce needs the producer_id and producer_epoch that begin "
+            "returned, and sequences."
+        )
+    return value
 
 
 def _producer_error(message: str) -> ApiError:
@@ -143,12 +162,14 @@ def v2_idempotence(document: dict, partition: int | None) -> Idempotence | None:
     Partition URL: `base_sequence`. Topic URL: `base_sequences` {"<partition>": int}, one per
     partition that receives records.
     """
-    if not any(name in document for name in _PRODUCER_FIELDS):
+    if not any(name in document for name in (*_PRODUCER_FIELDS, "transactional_id")):
         return None
+    transactional_id = _transactional_id(document)
     producer_id = _int_field(document, "producer_id")
     epoch = _int_field(document, "producer_epoch")
     if partition is not None and "base_sequence" in document:
-        return Idempotence(producer_id, epoch, {partition: _int_field(document, "base_sequence")})
+        sequences = {partition: _int_field(document, "base_sequence")}
+        return Idempotence(producer_id, epoch, sequences, transactional_id=transactional_id)
     sequences = document.get("base_sequences")
     if not isinstance(sequences, dict):
         where = "'base_sequence'" if partition is not None else "'base_sequences'"
@@ -164,17 +185,21 @@ def v2_idempotence(document: dict, partition: int | None) -> Idempotence | None:
         raise _producer_error(
             "'base_sequences' must map partition numbers to integer sequences, e.g. {\"0\": 0}."
         )
-    return Idempotence(producer_id, epoch, parsed)
+    return Idempotence(producer_id, epoch, parsed, transactional_id=transactional_id)
 
 
 def v3_idempotence(document: dict) -> Idempotence | None:
-    """`producer_id`, `producer_epoch`, `sequence` of a v3 record (a batch of one)."""
-    if not any(name in document for name in ("producer_id", "producer_epoch", "sequence")):
+    """`producer_id`, `producer_epoch`, `sequence` (and `transactional_id`) of a v3 record
+    (a batch of one)."""
+    fields = ("producer_id", "producer_epoch", "sequence", "transactional_id")
+    if not any(name in document for name in fields):
         return None
+    transactional_id = _transactional_id(document)
     return Idempotence(
         _int_field(document, "producer_id"),
         _int_field(document, "producer_epoch"),
         base_sequence=_int_field(document, "sequence"),
+        transactional_id=transactional_id,
     )
 
 
@@ -398,7 +423,8 @@ def parse_v3_record(document: object, limits: RecordLimits) -> V3Record:
     """`{"partition_id"?, "headers"?, "key"?: {"type", "data"}, "value"?: {...}, "timestamp"?}`.
 
     A missing `type` means JSON (lakelog has no Schema Registry to look one up). Extension:
-    `producer_id`, `producer_epoch`, `sequence` make the record an idempotent batch of one.
+    `producer_id`, `producer_epoch`, `sequence` make the record an idempotent batch of one;
+    with `transactional_id`, one of that id's open transaction (routes/v3_transactions.py).
     """
     if not isinstance(document, dict):
         raise ApiError(400, 400, "A record must be a JSON object.")

@@ -282,3 +282,57 @@ def test_idempotent_retries_through_a_non_leader_node(nodes_factory):
     assert gap.status_code == 409 and gap.json()["offsets"][0]["error_code"] == 40904, gap.text
     values = [value for _, value in table_rows(follower.data_dir, "idem", 0)]
     assert values.count(b"idem-0") == 1
+
+
+def test_http_transactions_work_through_any_node(nodes_factory):
+    """Each step of a transaction sent to another node than the one before: the transactional
+    ids are spread over both nodes' coordinators, so half the steps are forwarded (begin, the
+    partitions a produce adds, the offsets, the commit), and the outcome is the same."""
+    nodes = nodes_factory(2)
+    create(nodes[0].url, "txn-any-node", 2)
+    v3 = "/v3/clusters/lakelog"
+    for n in range(4):
+        first, other = nodes[n % 2].url, nodes[1 - n % 2].url
+        tid = f"etl-{n}"
+        producer = httpx.post(f"{first}{v3}/transactions/{tid}/begin", timeout=10).json()
+        fields = {
+            "producer_id": producer["producer_id"],
+            "producer_epoch": producer["producer_epoch"],
+        }
+        body = {
+            **fields,
+            "transactional_id": tid,
+            "base_sequences": {"0": 0, "1": 0},
+            "records": [
+                {"value": b64(f"{tid}-a".encode()), "partition": 0},
+                {"value": b64(f"{tid}-b".encode()), "partition": 1},
+            ],
+        }
+        sent = httpx.post(
+            f"{other}/topics/txn-any-node", json=body, headers={"Content-Type": BINARY_V2}
+        )
+        assert sent.status_code == 200, sent.text
+        offsets = {**fields, "offsets": [{"topic_name": "in", "partition_id": 0, "offset": n}]}
+        url = f"{first}{v3}/transactions/{tid}/consumer-groups/copier-{n}/offsets"
+        assert httpx.post(url, json=offsets, timeout=10).status_code == 204
+        verb = "commit" if n % 3 else "abort"
+        ended = httpx.post(f"{other}{v3}/transactions/{tid}/{verb}", json=fields, timeout=10)
+        assert ended.status_code == 204, ended.text
+        state = httpx.get(f"{first}{v3}/transactions/{tid}", timeout=10).json()
+        assert state["state"] == ("CompleteCommit" if n % 3 else "CompleteAbort")
+        stored = httpx.get(f"{other}/groups/copier-{n}/offsets", timeout=10)
+        expected = [{"topic": "in", "partition": 0, "offset": n}] if n % 3 else []
+        found = stored.json()["offsets"] if stored.status_code == 200 else []
+        keys = ("topic", "partition", "offset")
+        assert [{k: o[k] for k in keys} for o in found] == expected, stored.text
+    for node in nodes:
+        for partition in (0, 1):
+            response = httpx.get(
+                f"{node.url}/topics/txn-any-node/partitions/{partition}/records",
+                params={"offset": 0, "isolation.level": "read_committed"},
+                headers={"Accept": BINARY_V2},
+                timeout=10,
+            )
+            values = [record["value"] for record in response.json()]
+            suffix = "a" if partition == 0 else "b"
+            assert values == [b64(f"etl-{n}-{suffix}".encode()) for n in (1, 2)]

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from api.core.broker import Broker
 from api.core.groups.coordinator import GroupDescription
 from api.core.groups.errors import GroupNotFound, NotCoordinator
+from api.core.transaction_requests import INTERNAL_TRANSACTION_PATH
 from api.core.transactions import transaction_error_body
 from api.core.writer import TransactionMarker
 from api.http.deps import BrokerDep
@@ -21,13 +22,11 @@ from api.http.wire import parse_json
 from storage_layout.append_wire import (
     INTERNAL_APPEND_PATH,
     INTERNAL_MARKER_PATH,
-    INTERNAL_PENDING_OFFSETS_PATH,
     INTERNAL_TXN_OFFSETS_PATH,
     decode_append,
 )
 from storage_layout.consumer_offsets import OffsetCommit
 from storage_layout.errors import ProducerError
-from storage_layout.transaction_state import PendingOffset
 
 INTERNAL_GROUPS_PATH = "/_lakelog/internal/groups"
 
@@ -71,20 +70,17 @@ async def marker(topic: str, partition: int, request: Request, broker: BrokerDep
     return {}
 
 
-@router.post(INTERNAL_PENDING_OFFSETS_PATH)
-async def pending_offsets(request: Request, broker: BrokerDep):
+@router.post(INTERNAL_TRANSACTION_PATH)
+async def transaction_request(operation: str, request: Request, broker: BrokerDep):
+    """A transactional producer's request for the id's coordinator (this node)."""
     body = parse_json(await request.body())
-    offsets = [PendingOffset(**offset) for offset in body["offsets"]]
     try:
-        await broker.transactions.add_offset_commits(
-            body["transactional_id"], body["producer_id"], body["epoch"], offsets
-        )
+        return await broker.transaction_requests.serve(operation, body)
     except Exception as error:
         refusal = transaction_error_body(error)
         if refusal is None:
             raise
         return JSONResponse(refusal, status_code=409)
-    return {}
 
 
 @router.post(INTERNAL_TXN_OFFSETS_PATH)

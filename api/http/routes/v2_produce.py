@@ -106,6 +106,7 @@ async def _produce(topic, partition: int | None, request: Request, broker: Broke
     )
     if parsed.idempotence is not None:  # a producer id is bound to who initialised it
         await access.check_producer(request, parsed.idempotence.producer_id)
+        access.check_transactional(request, parsed.idempotence)
     results = await broker.produce(
         topic, parsed.records, idempotence=parsed.idempotence, acks=acks_mode(acks)
     )

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from api.http import access
 from api.http.deps import BrokerDep
 from api.http.routes.v3_topics import check_cluster
+from api.http.routes.v3_transactions import TIMEOUT_MS_DEFAULT, begin_transactions
 from api.security.authorizer import CLUSTER_RESOURCE_NAME
 
 router = APIRouter(prefix="/v3", tags=["v3 producers"])
@@ -21,7 +22,8 @@ class InitProducer(BaseModel):
         min_length=1,
         max_length=249,
         description="Re-initialising the same id returns the same producer_id with the epoch "
-        "bumped, which fences the previous epoch.",
+        "bumped, which fences the previous epoch and aborts its open transaction (as "
+        "`POST /v3/clusters/{c}/transactions/{id}/begin`, with a 60 s transaction timeout).",
     )
     client_id: str | None = Field(default=None, max_length=249)
 
@@ -48,8 +50,13 @@ async def init_producer(
     check_cluster(cluster_id, broker.settings)
     body = body or InitProducer()
     _authorize_init(request, body)
-    identity = await broker.init_producer(body.transactional_id, body.client_id)
-    await access.bind_producer(request, identity.producer_id)
+    if body.transactional_id is not None:  # through its transaction coordinator: as begin
+        identity = await begin_transactions(
+            request, broker, body.transactional_id, TIMEOUT_MS_DEFAULT
+        )
+    else:
+        identity = await broker.init_producer(None, body.client_id)
+        await access.bind_producer(request, identity.producer_id)
     return ProducerIdResponse(
         producer_id=identity.producer_id, producer_epoch=identity.producer_epoch
     )

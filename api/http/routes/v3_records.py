@@ -162,6 +162,7 @@ class _Producer:
             record = parse_v3_record(document, self.limits)
             if record.idempotence is not None:  # a producer id is bound to its principal
                 await access.check_producer(self.request, record.idempotence.producer_id)
+                access.check_transactional(self.request, record.idempotence)
             (result,) = await self.broker.produce(
                 self.topic, [record.produce], idempotence=record.idempotence, acks=self.acks
             )
