@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -21,6 +22,7 @@ from jobs import plans
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog, checkpoint_table, vacuum_table
+from storage_layout.log.transaction_index import AbortedTransaction, aborted_mask
 from storage_layout.records import AppTransaction
 from storage_layout.schema import LOG_START_APP_ID
 
@@ -101,17 +103,23 @@ def run_compact_keys(unit: Unit, *, now_ms: int, dry_run: bool) -> Outcome:
     removed = kept = changed = 0
     for _ in range(COMMIT_ATTEMPTS_MAX):
         cleaned_to = log.app_version(COMPACTION_APP_ID)
+        snapshot = log.snapshot
+        transactions = log.transaction_index(snapshot)
         plan = plans.plan_compact_keys(
-            log.snapshot,
+            snapshot,
             config,
             topic=unit.topic,
             partition=unit.partition,
             now_ms=now_ms,
-            first_dirty_offset=log.snapshot.log_start_offset if cleaned_to is None else cleaned_to,
+            first_dirty_offset=snapshot.log_start_offset if cleaned_to is None else cleaned_to,
+            last_stable_offset=transactions.last_stable_offset(
+                snapshot.high_watermark, snapshot.log_start_offset
+            ),
         )
         if plan.empty or dry_run:
             return _compaction_outcome(plan, started, (0, 0, 0), committed=False)
-        replacements, removes, (removed, kept, changed) = _compacted_segments(log, plan)
+        aborted = transactions.aborted_between(0, plan.cleanable_end_offset)
+        replacements, removes, (removed, kept, changed) = _compacted_segments(log, plan, aborted)
         # The log start is pinned: emptying the first segment must not move it (a consumer
         # positioned in the gap reads on from the next record, as in Kafka).
         txns = [
@@ -129,12 +137,12 @@ def run_compact_keys(unit: Unit, *, now_ms: int, dry_run: bool) -> Outcome:
     return _compaction_outcome(plan, started, (removed, kept, changed), committed=False)
 
 
-def _compacted_segments(log: DeltaPartitionLog, plan: plans.CompactionPlan):
+def _compacted_segments(log: DeltaPartitionLog, plan: plans.CompactionPlan, aborted=()):
     """(replacements, files to remove, (records removed, kept, segments changed))."""
     by_segment = [(segment, log.read_files(list(segment.files))) for segment in plan.segments]
     # The latest record per key is decided over the whole cleanable range at once.
     everything = pa.concat_tables([records for _, records in by_segment])
-    keep = keep_mask(everything, tombstone_horizon_ms=plan.tombstone_horizon_ms)
+    keep = keep_mask(everything, tombstone_horizon_ms=plan.tombstone_horizon_ms, aborted=aborted)
     replacements, removes, removed, kept, changed, start = [], [], 0, 0, 0, 0
     for segment, records in by_segment:
         survivors = records.filter(keep.slice(start, records.num_rows)).sort_by("offset")
@@ -149,21 +157,54 @@ def _compacted_segments(log: DeltaPartitionLog, plan: plans.CompactionPlan):
     return replacements, removes, (removed, kept, changed)
 
 
-def keep_mask(records: pa.Table, *, tombstone_horizon_ms: int) -> pa.ChunkedArray:
-    """Which records a key compaction keeps: the latest (highest offset) record of each key,
-    unless it is a tombstone older than the horizon; records without a key are kept (there is
-    nothing to compact them against)."""
-    keys_and_offsets = records.select(["key", "offset"])  # not the values: they are the bulk
+def keep_mask(
+    records: pa.Table, *, tombstone_horizon_ms: int, aborted: Sequence[AbortedTransaction] = ()
+) -> pa.ChunkedArray:
+    """Which records a key compaction keeps: the latest (highest offset) committed record of
+    each key, unless it is a tombstone older than the horizon; records without a key are kept
+    (there is nothing to compact them against).
+
+    Transactions (FORMAT.md §14), as Kafka's cleaner: records of `aborted` transactions are
+    removed and never count as a key's latest (an aborted write must not shadow a committed
+    one); a marker is kept while a record of its transaction is, and until the horizon after
+    that (a reader positioned before it must still learn the transaction's fate)."""
+    hidden = aborted_mask(records, aborted) if aborted else pc.equal(records.column("offset"), -1)
+    control = records.column("control")
+    data = pc.and_(pc.invert(hidden), pc.is_null(control))
+    keys_and_offsets = records.select(["key", "offset"]).filter(data)  # not the values
     keyed = keys_and_offsets.filter(pc.is_valid(keys_and_offsets.column("key")))
     latest = keyed.group_by("key").aggregate([("offset", "max")]).column("offset_max")
     is_latest = pc.is_in(records.column("offset"), value_set=latest.combine_chunks())
     horizon = pa.scalar(tombstone_horizon_ms * 1000, pa.timestamp("us", tz="UTC"))
-    expired_tombstone = pc.and_(
-        pc.is_null(records.column("value")),
-        pc.less(records.column("timestamp"), horizon),
-    )
-    keyless = pc.is_null(records.column("key"))
-    return pc.or_(keyless, pc.and_(is_latest, pc.invert(expired_tombstone)))
+    old = pc.less(records.column("timestamp"), horizon)
+    expired_tombstone = pc.and_(pc.is_null(records.column("value")), old)
+    keyless = pc.and_(pc.is_null(records.column("key")), data)
+    kept_data = pc.and_(data, pc.or_(keyless, pc.and_(is_latest, pc.invert(expired_tombstone))))
+    return pc.or_(kept_data, _markers_still_needed(records, kept_data, old))
+
+
+def _markers_still_needed(records: pa.Table, kept_data, old) -> pa.Array:
+    """True for the markers to keep: those with a kept record of their transaction (the
+    producer's transactional records since its previous marker), or newer than the horizon.
+    A pass over the transactional rows only, in offset order."""
+    transactional = pc.fill_null(records.column("transactional"), False)
+    needed = [False] * records.num_rows
+    rows = pc.indices_nonzero(transactional).to_pylist()
+    if not rows:
+        return pa.array(needed)
+    columns = records.select(["offset", "producer_id", "control"]).take(rows).to_pydict()
+    indices = pa.array(rows, pa.int64())
+    kept = pc.take(kept_data, indices).to_pylist()
+    recent = pc.invert(pc.take(old, indices)).to_pylist()
+    by_offset = sorted(range(len(rows)), key=lambda i: columns["offset"][i])
+    kept_since_marker: dict[int, bool] = {}
+    for i in by_offset:
+        producer = columns["producer_id"][i]
+        if columns["control"][i] is None:
+            kept_since_marker[producer] = kept_since_marker.get(producer, False) or kept[i]
+            continue
+        needed[rows[i]] = kept_since_marker.pop(producer, False) or recent[i]
+    return pa.array(needed)
 
 
 def _compaction_outcome(plan, started: float, counts: tuple[int, int, int], *, committed: bool):

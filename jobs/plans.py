@@ -253,23 +253,29 @@ def plan_compact_keys(
     partition: int,
     now_ms: int,
     first_dirty_offset: int,
+    last_stable_offset: int | None = None,
 ) -> CompactionPlan:
     """Kafka's cleanable range: from the log start to the first uncleanable segment.
 
     Only when `cleanup.policy` contains "compact". The first uncleanable offset is the active
     segment's base offset, or, when min.compaction.lag.ms > 0, the base offset of the first
     segment at or after `first_dirty_offset` whose newest record is newer than
-    `now_ms - min_compaction_lag_ms`, whichever is lower. The plan is empty when that leaves no
-    dirty record (`cleanable_end_offset <= first_dirty_offset`); otherwise it rewrites every
-    cleanable segment, already-cleaned ones too, as Kafka recopies them: a key overwritten in
-    the dirty part loses its record in the clean part. After the executor commits,
-    `cleanable_end_offset` is the next run's `first_dirty_offset`.
+    `now_ms - min_compaction_lag_ms`, or the base offset of the segment holding
+    `last_stable_offset` (an open transaction's records are not cleaned: it may still abort,
+    as Kafka's cleaner stops at the first unstable offset), whichever is lowest. The plan is
+    empty when that leaves no dirty record (`cleanable_end_offset <= first_dirty_offset`);
+    otherwise it rewrites every cleanable segment, already-cleaned ones too, as Kafka recopies
+    them: a key overwritten in the dirty part loses its record in the clean part. After the
+    executor commits, `cleanable_end_offset` is the next run's `first_dirty_offset`.
     """
     first_dirty = _first_dirty_offset(snapshot, first_dirty_offset)
     log = segments(snapshot)
     end = first_dirty
     if _has_policy(config, "compact"):
         uncleanable = _first_uncleanable_offset(log, first_dirty, config, now_ms)
+        unstable = _segment_holding(log, last_stable_offset)
+        if unstable is not None:
+            uncleanable = unstable if uncleanable is None else min(uncleanable, unstable)
         end = max(first_dirty, snapshot.high_watermark if uncleanable is None else uncleanable)
     cleanable = tuple(s for s in log[:-1] if s.base_offset < end) if end > first_dirty else ()
     return CompactionPlan(
@@ -288,6 +294,15 @@ def _first_dirty_offset(snapshot: LogSnapshot, first_dirty_offset: int) -> int:
     above the log end (the log was recreated) to the log start: all of the log is dirty."""
     start, end = snapshot.log_start_offset, snapshot.high_watermark
     return first_dirty_offset if start <= first_dirty_offset <= end else start
+
+
+def _segment_holding(log: tuple[Segment, ...], offset: int | None) -> int | None:
+    """The base offset of the segment `offset` falls in: the last one starting at or below it
+    (the first one if none does; None without an offset or segments)."""
+    if offset is None or not log:
+        return None
+    at_or_below = [s.base_offset for s in log if s.base_offset <= offset]
+    return at_or_below[-1] if at_or_below else log[0].base_offset
 
 
 def _first_uncleanable_offset(

@@ -218,7 +218,8 @@ def isolation_of(options: Mapping[str, str]) -> Isolation:
 
 def committed_end(log: DeltaPartitionLog, snapshot: LogSnapshot) -> int:
     """Where read_committed readers of `snapshot` end: its last stable offset."""
-    return log.transaction_index(snapshot).last_stable_offset(snapshot.high_watermark)
+    index = log.transaction_index(snapshot)
+    return index.last_stable_offset(snapshot.high_watermark, snapshot.log_start_offset)
 
 
 def _root(options: Mapping[str, str]) -> str:

@@ -261,7 +261,8 @@ class DeltaPartitionLog:
     def stable_bounds(self) -> PartitionBounds:
         """bounds() with the last stable offset (may read files newer than the index)."""
         snapshot = self._snapshot
-        stable = self.transaction_index(snapshot).last_stable_offset(snapshot.high_watermark)
+        index = self.transaction_index(snapshot)
+        stable = index.last_stable_offset(snapshot.high_watermark, snapshot.log_start_offset)
         return PartitionBounds(snapshot.log_start_offset, snapshot.high_watermark, stable)
 
     def read(

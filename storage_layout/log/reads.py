@@ -87,7 +87,7 @@ def _without_markers(records: pa.Table) -> pa.Table:
 
 def _committed(records, start, end, from_offset, index: TransactionIndex) -> FetchResult:
     """Records below the last stable offset, and the aborted transactions among them."""
-    stable = index.last_stable_offset(end)
+    stable = index.last_stable_offset(end, start)
     if records.num_rows and records.column("offset")[-1].as_py() >= stable:
         records = records.filter(pc.less(records.column("offset"), stable))
     read_to = _after(records) or from_offset

@@ -37,11 +37,12 @@ class TransactionIndex:
     open_first_offsets: Mapping[int, int] = field(default_factory=dict)
     aborted: tuple[AbortedTransaction, ...] = ()  # in marker (last_offset) order
 
-    def last_stable_offset(self, high_watermark: int) -> int:
+    def last_stable_offset(self, high_watermark: int, log_start_offset: int = 0) -> int:
         """The first offset of the oldest open transaction, else the high watermark (an index
-        newer than the snapshot of `high_watermark` never puts it past that)."""
+        newer than the snapshot of `high_watermark` never puts it past that), never below the
+        log start (retention may delete an open transaction's first records, as in Kafka)."""
         oldest_open = min(self.open_first_offsets.values(), default=high_watermark)
-        return min(oldest_open, high_watermark)
+        return max(min(oldest_open, high_watermark), log_start_offset)
 
     def aborted_between(self, from_offset: int, to_offset: int) -> list[AbortedTransaction]:
         """Aborted transactions with records in [from_offset, to_offset)."""

@@ -14,7 +14,8 @@ from storage_layout.catalog import TopicCatalog
 from storage_layout.errors import OffsetOutOfRange
 from storage_layout.log import DeltaPartitionLog
 from storage_layout.paths import partition_table_uri
-from storage_layout.records import NewRecord
+from storage_layout.records import Isolation, NewRecord
+from storage_layout.schema import CONTROL_ABORT, CONTROL_COMMIT
 from storage_layout.topic_config import TopicConfig
 
 HOUR_MS = 3_600_000
@@ -111,3 +112,60 @@ def test_optimize_merges_a_closed_segments_files_in_offset_order(tmp_path):
     assert stored(root, "o") == before
     log.append([NewRecord(None, b"after")], config=TopicConfig())  # appends go on
     assert stored(root, "o")[-1] == (5, None, b"after")
+
+
+def test_compaction_of_transactions_keeps_committed_records_and_the_markers_they_need(tmp_path):
+    """Kafka's cleaner rules on FORMAT.md §14's rows: aborted records go and never shadow a
+    committed record of their key; an open transaction's records are not cleaned (it may still
+    abort); a marker stays while a record of its transaction does (then until the horizon)."""
+    root = str(tmp_path)
+    config = TopicConfig(cleanup_policy="compact", segment_bytes=14, delete_retention_ms=HOUR_MS)
+    log = make(root, "txn", config)
+
+    def txn(producer: int, sequence: int, key: bytes, value: bytes) -> None:
+        record = NewRecord(key, value)
+        log.append([record], config=config, producers=[(producer, 0, sequence, True)])
+
+    txn(1, 0, b"a", b"a-committed")  # 0
+    log.append_marker(1, 0, CONTROL_COMMIT, config=config)  # 1
+    txn(2, 0, b"a", b"a-aborted")  # 2: must not shadow offset 0
+    log.append_marker(2, 0, CONTROL_ABORT, config=config)  # 3
+    txn(1, 1, b"b", b"b-committed")  # 4
+    log.append_marker(1, 0, CONTROL_COMMIT, config=config)  # 5
+    txn(3, 0, b"b", b"b-open")  # 6: open, the last stable offset
+    log.append([NewRecord(b"c", b"c1")], config=config)  # 7
+    unit = Unit(root, "txn", 0)
+    later_ms = int(time.time() * 1000) + 2 * HOUR_MS  # every marker older than the horizon
+
+    assert execute.run_compact_keys(unit, now_ms=later_ms, dry_run=False).committed
+    # 2 aborted (and its marker 3, past the horizon with no record left) gone; 4 stays: the
+    # open transaction at 6 may abort, so nothing from its segment on is cleaned.
+    assert [offset for offset, _, _ in stored(root, "txn")] == [0, 1, 4, 5, 6, 7]
+
+    log = DeltaPartitionLog.open(partition_table_uri(root, "txn", 0))
+    log.append_marker(3, 0, CONTROL_COMMIT, config=config)  # 8: b-open commits
+    log.append([NewRecord(b"z", b"z1")], config=config)  # 9: the active segment
+    assert execute.run_compact_keys(unit, now_ms=later_ms, dry_run=False).committed
+    # b-committed (4) is superseded by b-open (6), so its marker (5) has no record left.
+    assert [offset for offset, _, _ in stored(root, "txn")] == [0, 1, 6, 7, 8, 9]
+    reopened = DeltaPartitionLog.open(partition_table_uri(root, "txn", 0))
+    committed = reopened.read(
+        from_offset=0, records_max=100, bytes_max=10**6, isolation=Isolation.COMMITTED_DATA
+    )
+    assert committed.records.column("value").to_pylist() == [
+        b"a-committed",
+        b"b-open",
+        b"c1",
+        b"z1",
+    ]
+
+
+def test_a_recent_marker_outlives_its_aborted_records_until_the_horizon(tmp_path):
+    root, now_ms = str(tmp_path), int(time.time() * 1000)
+    config = TopicConfig(cleanup_policy="compact", segment_bytes=14, delete_retention_ms=HOUR_MS)
+    log = make(root, "abort", config)
+    log.append([NewRecord(b"a", b"aborted")], config=config, producers=[(1, 0, 0, True)])
+    log.append_marker(1, 0, CONTROL_ABORT, config=config)
+    log.append([NewRecord(b"z", b"active")], config=config)
+    assert execute.run_compact_keys(Unit(root, "abort", 0), now_ms=now_ms, dry_run=False).committed
+    assert [offset for offset, _, _ in stored(root, "abort")] == [1, 2]
