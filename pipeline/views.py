@@ -23,16 +23,22 @@ from collections.abc import Iterable
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from pipeline.source import SOURCE_NAME, register_data_source
+from pipeline.source import ISOLATION_OPTION, SOURCE_NAME, register_data_source
 from storage_layout.catalog import TopicCatalog
 from storage_layout.paths import normalize_root
 
 _NOT_IN_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
 _RANK = "__lakelog_rank"
+READ_COMMITTED = "read_committed"
 
 
 def latest_by_key(
-    spark: SparkSession, root: str, topic: str, *, include_headers: bool = False
+    spark: SparkSession,
+    root: str,
+    topic: str,
+    *,
+    include_headers: bool = False,
+    isolation_level: str = READ_COMMITTED,
 ) -> DataFrame:
     """The table view of `topic`: one row per key, holding that key's latest record.
 
@@ -46,6 +52,9 @@ def latest_by_key(
 
     Only stored records count: with cleanup.policy=delete, a key whose records retention deleted
     is absent. On a compacted topic the result is the same before and after `compact_keys`.
+    Only committed records count (`isolation_level`, Kafka's `read_committed` by default, as a
+    KTable under exactly-once reads): an aborted write never becomes a key's value, and the
+    records of a transaction still open are not there yet.
 
     Columns are Spark's Kafka source schema (key, value, topic, partition, offset, timestamp,
     timestampType, and headers with `include_headers`), each row being the record as a read of
@@ -58,7 +67,8 @@ def latest_by_key(
     root = normalize_root(root)
     TopicCatalog(root).topic(topic)  # fail here, not inside a Python worker at the first action
     register_data_source(spark)
-    return _latest_per_key(_topic_log(spark, root, topic, include_headers=include_headers))
+    log = _topic_log(spark, root, topic, include_headers=include_headers, isolation=isolation_level)
+    return _latest_per_key(log)
 
 
 def register_topic_views(
@@ -68,6 +78,7 @@ def register_topic_views(
     *,
     latest_suffix: str = "_latest",
     include_headers: bool = True,
+    isolation_level: str = READ_COMMITTED,
 ) -> list[str]:
     """Register two temporary views per topic: `<view>`, the topic's records as
     `spark.read.format("lakelog")` reads them, and `<view><latest_suffix>`, its `latest_by_key`.
@@ -86,6 +97,8 @@ def register_topic_views(
         topics: the topics to register; None means every topic in the catalog.
         latest_suffix: appended to the view name for the latest-by-key view (letters, digits, _).
         include_headers: give both views the `headers` column.
+        isolation_level: `kafka.isolation.level` of both views: read_committed (the default:
+            committed records up to the last stable offset) or read_uncommitted.
 
     Returns:
         The view names registered, the log view then the latest view of each topic.
@@ -103,7 +116,9 @@ def register_topic_views(
     views = _views_by_topic(names, latest_suffix, case_sensitive=_case_sensitive(spark))
     register_data_source(spark)
     for topic, (log_view, latest_view) in views.items():
-        log = _topic_log(spark, root, topic, include_headers=include_headers)
+        log = _topic_log(
+            spark, root, topic, include_headers=include_headers, isolation=isolation_level
+        )
         log.createOrReplaceTempView(_quoted(log_view))
         _latest_per_key(log).createOrReplaceTempView(_quoted(latest_view))
     return [view for pair in views.values() for view in pair]
@@ -117,11 +132,14 @@ def view_name(topic: str) -> str:
     return f"_{name}" if name[:1].isdigit() else name
 
 
-def _topic_log(spark: SparkSession, root: str, topic: str, *, include_headers: bool) -> DataFrame:
+def _topic_log(
+    spark: SparkSession, root: str, topic: str, *, include_headers: bool, isolation: str
+) -> DataFrame:
     return (
         spark.read.format(SOURCE_NAME)
         .option("subscribe", topic)
         .option("includeHeaders", str(include_headers).lower())
+        .option(ISOLATION_OPTION, isolation)
         .option("path", root)
         .load()
     )

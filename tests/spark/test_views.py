@@ -15,6 +15,7 @@ from storage_layout.errors import TopicNotFound
 from storage_layout.log import DeltaPartitionLog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
+from storage_layout.schema import CONTROL_ABORT
 from storage_layout.topic_config import TopicConfig
 
 pytestmark = pytest.mark.spark
@@ -279,3 +280,22 @@ def test_bad_arguments(spark, root):
         register_topic_views(spark, root, ["updates"], latest_suffix=".latest")
     with pytest.raises(TypeError, match="list of topic names"):
         register_topic_views(spark, root, "updates")
+
+
+def test_an_aborted_or_open_write_never_becomes_a_keys_value(spark, tmp_path):
+    """The table view reads read_committed: a's aborted write and b's open one are left out,
+    so each key keeps its committed value; read_uncommitted shows them."""
+    root = str(tmp_path)
+    TopicCatalog(root).create_topic("accounts", 1, CONFIG)
+    log = DeltaPartitionLog.open(partition_table_uri(root, "accounts", 0))
+    log.append([NewRecord(b"a", b"100"), NewRecord(b"b", b"5")], config=CONFIG)
+    log.append([NewRecord(b"a", b"-1")], config=CONFIG, producers=[(7, 0, 0, True)])
+    log.append_marker(7, 0, CONTROL_ABORT, config=CONFIG)
+    log.append([NewRecord(b"b", b"open")], config=CONFIG, producers=[(8, 0, 0, True)])
+
+    def values(**options) -> dict[bytes, bytes]:
+        rows = latest_by_key(spark, root, "accounts", **options).collect()
+        return {bytes(row.key): bytes(row.value) for row in rows}
+
+    assert values() == {b"a": b"100", b"b": b"5"}
+    assert values(isolation_level="read_uncommitted") == {b"a": b"-1", b"b": b"open"}
