@@ -14,6 +14,8 @@ figures.
   running and must join again. Recovery = kill to first accepted commit.
 - T4: retention and key compaction jobs (engine local) every few seconds during produce and
   poll traffic; probes below the log start must get 416, never shifted records.
+- TX: exactly-once copy with transactional librdkafka copiers under kill -9 and pauses
+  (chaos/transactions.py).
 - TK: T1 with Kafka's own client: librdkafka idempotent producers send through the gateway's
   Kafka listener (its port kept across restarts) while the gateway is `kill -9`ed and
   restarted; the same checker, so no acked record may be lost or written twice.
@@ -64,6 +66,7 @@ from chaos.history import (
     load,
     operations,
 )
+from chaos.transactions import run_tx
 from tests.gateway_process import GatewayProcess, free_port, start_gateway
 
 DRAIN_TIMEOUT_S = 120.0
@@ -141,12 +144,18 @@ class Cluster:
         env: dict[str, str] | None = None,
         nodes: int = 1,
         root: str | None = None,
+        node_envs: list[dict[str, str]] | None = None,
     ):
         """`root`: an object-store URI to use as the storage root instead of `data_dir` (which
-        then only holds the logs); `env` carries the store's variables."""
+        then only holds the logs); `env` carries the store's variables; `node_envs` what each
+        node adds (e.g. its Kafka port, kept across restarts)."""
         self.data_dir, self.recorder, self.env, self.root = data_dir, recorder, env or {}, root
         # Node ids only in a multi-node cluster; the nodes start in parallel (seconds each).
-        envs = [self.env] if nodes == 1 else [self.env | _node_env(n) for n in range(nodes)]
+        self.node_envs = [
+            ({} if nodes == 1 else _node_env(n)) | (node_envs[n] if node_envs else {})
+            for n in range(nodes)
+        ]
+        envs = [self.env | extra for extra in self.node_envs]
         with ThreadPoolExecutor(nodes) as pool:
             self.gateways = list(
                 pool.map(lambda env: start_gateway(data_dir, env=env, root=root), envs)
@@ -172,7 +181,8 @@ class Cluster:
         self.kills.append(time.monotonic_ns())
         self.recorder.fault(GATEWAY_KILL, self.gateway.url)
         time.sleep(down_s)
-        self.gateways[0] = start_gateway(self.data_dir, env=self.env, root=self.root)
+        env = self.env | self.node_envs[0]  # the same node id (and Kafka port) again
+        self.gateways[0] = start_gateway(self.data_dir, env=env, root=self.root)
         # Recorded before the endpoint gives clients the new port: the checker dates group
         # generations by the restart (only the old process answered before it).
         self.recorder.fault(GATEWAY_RESTART, self.gateway.url)
@@ -1080,6 +1090,7 @@ SCENARIOS = {
     "T3g": run_t3g,
     "T4": run_t4,
     "TK": run_tk,
+    "TX": run_tx,
 }
 
 __all__ = [
