@@ -176,22 +176,27 @@ class GroupCoordinator:
         _check_join(request)
         slot = await self._slot(group_id)
         group = slot.group
+        joined_during = group.generation  # the rebalance completes with the next generation
         member = group.join(request)
         self._notify(slot)
         deadline_s = self._clock() + request.rebalance_timeout_ms / 1000 + 1.0
-        while group.state == GroupState.PREPARING_REBALANCE and self._clock() < deadline_s:
+        while self._rebalancing(group, joined_during) and self._clock() < deadline_s:
             if group.ready_to_complete():
-                # Not `break`: while _complete awaited, another member's join may have started
-                # a new rebalance; this member waits for that one too (franz-go's static
-                # cooperative-sticky test got REBALANCE_IN_PROGRESS from a join otherwise).
                 await self._complete(group_id, slot)
                 continue
             await self._wait(slot, min(TICK_S, deadline_s - self._clock()))
         if member.member_id not in group.members:
             raise UnknownMemberId(f"Member {member.member_id} was removed during the rebalance.")
-        if group.state == GroupState.PREPARING_REBALANCE:
+        if self._rebalancing(group, joined_during):
             raise RebalanceInProgress(f"Group '{group_id}' did not finish rebalancing in time.")
-        if not group.client_assigned:
+        # The generation this join was part of is complete: it is answered now, as Kafka
+        # answers every pending join at completion, even if another member's join has
+        # started the next rebalance already (the member learns it at its sync or heartbeat
+        # and joins again). Waiting on for the next one would deadlock: that rebalance waits
+        # for this member to join again, which it cannot while its join is still pending
+        # (franz-go's TestTxnEtl: joins held for the whole rebalance timeout, then
+        # UNKNOWN_MEMBER_ID, and transactions outliving their timeout meanwhile).
+        if not group.client_assigned and group.state != GroupState.PREPARING_REBALANCE:
             # The join response carries the assignment (computed here, not by a leader
             # member), so delivering it is the member's sync; a separate sync is optional.
             group.sync(member.member_id, group.generation)
@@ -203,6 +208,14 @@ class GroupCoordinator:
             group.leader_id,
             tuple(sorted(member.assignment)),
             tuple(group.views()),
+        )
+
+    @staticmethod
+    def _rebalancing(group: Group, joined_during: int) -> bool:
+        """Whether the rebalance a join made (or joined) in generation `joined_during` is
+        still to complete."""
+        return (
+            group.state == GroupState.PREPARING_REBALANCE and group.generation == joined_during
         )
 
     async def sync(self, group_id: str, member_id: str, generation: int) -> tuple:
