@@ -6,11 +6,13 @@ topic of a lakelog gateway it starts itself (`lakelog serve --kafka-port`):
   transactional  transactions of N records: begin, produce N, commit (confluent-kafka's
                  transactional producer; each commit stores the coordinator's state twice and
                  writes one marker)
-and reports records/s of both and their ratio (the cost of the transaction). Every run is
-verified: the partition's high watermark is the records acknowledged plus one marker per
-committed transaction.
+and reports records/s of both and their ratio (the cost of the transaction). With `--kafka`
+the same cases run against Apache Kafka (one KRaft broker on this machine, bench/kafka_compare.py
+starts it) with the same client and records, and lakelog's transactional rate is given as a
+multiple of Kafka's. Every run is verified: the partition's high watermark is the records
+acknowledged plus one marker per committed transaction.
 
-    .venv/bin/python bench/transactions.py [--sizes 1 10 100 1000] [--seconds 5]
+    .venv/bin/python bench/transactions.py [--sizes 1 10 100 1000] [--seconds 5] [--kafka]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.kafka_compare import ensure_kafka_jars, start_kafka  # noqa: E402
 from tests.gateway_process import start_gateway  # noqa: E402
 
 VALUE = b"x" * 100
@@ -106,50 +109,86 @@ def verified(run: Run) -> str:
     return "ok" if run.high_watermark == expected else f"MISMATCH (expected {expected})"
 
 
+def run_cases(system: str, bootstrap: str, sizes, seconds: float) -> dict[int, tuple[Run, Run]]:
+    """(idempotent, transactional) per transaction size, each verified (log lines)."""
+    runs = {}
+    log(f"{system} at {bootstrap}; {seconds:g}s per case")
+    for size in sizes:
+        idempotent = run_idempotent(bootstrap, size, seconds)
+        log(
+            f"  idempotent    N={size}: {idempotent.records_per_s:,.0f} records/s "
+            f"({verified(idempotent)})"
+        )
+        transactional = run_transactional(bootstrap, size, seconds)
+        log(
+            f"  transactional N={size}: {transactional.records_per_s:,.0f} records/s, "
+            f"{transactional.transactions / transactional.seconds:,.1f} transactions/s "
+            f"({verified(transactional)})"
+        )
+        runs[size] = (idempotent, transactional)
+    return runs
+
+
+def failures_of(runs: dict[int, tuple[Run, Run]]) -> int:
+    return sum("ok" not in verified(run) for pair in runs.values() for run in pair)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 100, 1000])
     parser.add_argument("--seconds", type=float, default=5.0, help="per case (default 5)")
+    parser.add_argument("--kafka", action="store_true", help="also run against Apache Kafka")
     args = parser.parse_args(argv)
     log(f"command: {' '.join(sys.argv)}")
     log(
         f"machine: {os.cpu_count()} CPUs, {platform.platform()}, python {platform.python_version()}"
     )
-    rows, failures = [], 0
+    kafka_runs: dict[int, tuple[Run, Run]] = {}
     with TemporaryDirectory(prefix="lakelog-txn-bench-") as tmp:
         gateway = start_gateway(Path(tmp) / "data", kafka=True)
         try:
-            bootstrap = gateway.kafka_address
-            log(f"lakelog gateway at {bootstrap}; {args.seconds:g}s per case")
-            for size in args.sizes:
-                idempotent = run_idempotent(bootstrap, size, args.seconds)
-                log(
-                    f"  idempotent    N={size}: {idempotent.records_per_s:,.0f} records/s "
-                    f"({verified(idempotent)})"
-                )
-                transactional = run_transactional(bootstrap, size, args.seconds)
-                log(
-                    f"  transactional N={size}: {transactional.records_per_s:,.0f} records/s, "
-                    f"{transactional.transactions / transactional.seconds:,.1f} transactions/s "
-                    f"({verified(transactional)})"
-                )
-                failures += "ok" not in (verified(idempotent), verified(transactional))
-                rows.append((size, idempotent, transactional))
+            runs = run_cases("lakelog", gateway.kafka_address, args.sizes, args.seconds)
         finally:
             gateway.stop()
+        if args.kafka:
+            broker = start_kafka(ensure_kafka_jars(), Path(tmp) / "kafka")
+            try:
+                kafka_runs = run_cases("Apache Kafka", broker.bootstrap, args.sizes, args.seconds)
+            finally:
+                broker.stop()
+    print_table(runs, kafka_runs)
+    return 1 if failures_of(runs) + failures_of(kafka_runs) else 0
+
+
+def print_table(runs: dict[int, tuple[Run, Run]], kafka_runs: dict[int, tuple[Run, Run]]) -> None:
     print()
-    print(
+    header = (
         "| records per transaction | idempotent records/s | transactional records/s | "
         "transactions/s | transactional / idempotent |"
     )
-    print("|---|---|---|---|---|")
-    for size, idempotent, transactional in rows:
+    rule = "|---|---|---|---|---|"
+    if kafka_runs:
+        header += (
+            " Kafka transactional records/s | Kafka transactional / idempotent |"
+            " lakelog / Kafka (transactional) |"
+        )
+        rule += "---|---|---|"
+    print(header)
+    print(rule)
+    for size, (idempotent, transactional) in runs.items():
         ratio = transactional.records_per_s / idempotent.records_per_s
-        print(
+        row = (
             f"| {size:,} | {idempotent.records_per_s:,.0f} | {transactional.records_per_s:,.0f} | "
             f"{transactional.transactions / transactional.seconds:,.1f} | {ratio:.2f}x |"
         )
-    return 1 if failures else 0
+        if size in kafka_runs:
+            kafka_idempotent, kafka_transactional = kafka_runs[size]
+            kafka_ratio = kafka_transactional.records_per_s / kafka_idempotent.records_per_s
+            versus = transactional.records_per_s / kafka_transactional.records_per_s
+            row += (
+                f" {kafka_transactional.records_per_s:,.0f} | {kafka_ratio:.2f}x | {versus:.2f}x |"
+            )
+        print(row)
 
 
 if __name__ == "__main__":

@@ -264,14 +264,21 @@ def _read_bytes(data: bytes, position: int) -> tuple[bytes | None, int]:
 
 @dataclass(frozen=True, slots=True)
 class EncodedBody:
-    """One batch's records section and what its header says about them (the Python reference
-    of native_codec.EncodedBody)."""
+    """One batch's records section and what its header says about them."""
 
     body: bytes
     base_offset: int
     last_offset: int
     base_timestamp_ms: int
     max_timestamp_ms: int
+
+
+def encode_body(records: pa.Table, start: int, stop: int) -> EncodedBody:
+    """Rows [start, stop) of a fetch's records as one records section: in Rust when the
+    extension is there, else encode_body_python."""
+    if native_codec is None:
+        return encode_body_python(records, start, stop)
+    return EncodedBody(*native_codec.encode_records(records, start, stop))
 
 
 def encode_control_record(records: pa.Table, row: int, control: int) -> EncodedBody:

@@ -24,9 +24,8 @@ from api.kafka.codec import (
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     EncodedBody,
-    encode_body_python,
+    encode_body,
     encode_control_record,
-    native_codec,
 )
 
 NO_EPOCH = -1
@@ -59,13 +58,12 @@ def encode_records(records: pa.Table) -> bytes:
     headers, and optionally producer_id, producer_epoch, transactional, control)."""
     if not records.num_rows:
         return b""
-    encode = encode_body_python if native_codec is None else native_codec.encode_records
     batches = []
     for run in _runs(records):
         if run.control is not None:
             body = encode_control_record(records, run.start, run.control)
         else:
-            body = encode(records, run.start, run.stop)
+            body = encode_body(records, run.start, run.stop)
         batches.append(_frame(body, run))
     return b"".join(batches)
 

@@ -8,8 +8,6 @@ Arrow arrays here without a copy, and reads Arrow arrays' buffers in place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import lakelog_native
 import pyarrow as pa
 
@@ -37,20 +35,11 @@ def decode_records(body, count: int, base_timestamp_ms: int) -> RecordColumns:
     return RecordColumns(pa.Table.from_arrays(columns, schema=NEW_RECORDS_SCHEMA), size_bytes)
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedBody:
-    """One batch's records section and what its header says about them."""
-
-    body: bytes
-    base_offset: int
-    last_offset: int
-    base_timestamp_ms: int
-    max_timestamp_ms: int
-
-
-def encode_records(records: pa.Table, start: int, stop: int) -> EncodedBody:
+def encode_records(records: pa.Table, start: int, stop: int) -> tuple[bytes, int, int, int, int]:
     """Rows [start, stop) of a fetch's records (columns offset, timestamp, key, value,
-    headers) as one uncompressed records section."""
+    headers) as one uncompressed records section, with what its batch header says of them:
+    (body, base offset, last offset, base timestamp ms, max timestamp ms), the fields of
+    codec.EncodedBody (codec.encode_body wraps them)."""
     offsets = _array(records, "offset", pa.int64())
     timestamps = _array(records, "timestamp", records.schema.field("timestamp").type)
     keys = _array(records, "key", pa.binary())
@@ -65,7 +54,7 @@ def encode_records(records: pa.Table, start: int, stop: int) -> EncodedBody:
         start,
         stop,
     )
-    return EncodedBody(*encoded)
+    return tuple(encoded)
 
 
 def _binary(type_: pa.DataType, length: int, parts: tuple) -> pa.Array:

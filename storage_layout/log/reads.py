@@ -33,6 +33,10 @@ from storage_layout.store import Store
 
 _READ_COLUMNS = list(TRANSACTIONAL_RECORD_COLUMNS)
 _EMPTY_READ = READ_SCHEMA.empty_table()
+# PLAIN reads need only `control` of the transaction columns (to leave markers out): the
+# producer columns are not decoded from the files of the common HTTP and Spark-less reads.
+_PLAIN_COLUMNS = [*Isolation.PLAIN.columns, "control"]
+_PLAIN_SCHEMA = pa.schema([READ_SCHEMA.field(name) for name in _PLAIN_COLUMNS])
 
 
 def read_records(
@@ -58,11 +62,12 @@ def read_records(
     start, end = snapshot.log_start_offset, snapshot.high_watermark
     if from_offset < start or from_offset > end:
         raise OffsetOutOfRange(from_offset, start, end)
-    records = _EMPTY_READ
+    schema = _PLAIN_SCHEMA if isolation is Isolation.PLAIN else READ_SCHEMA
+    records = schema.empty_table()
     if from_offset < end and records_max > 0:
-        records = _read_tail(snapshot, from_offset, records_max)
+        records = _read_tail(snapshot, from_offset, records_max, schema)
         if records is None:
-            records = _read_files(store, snapshot, from_offset, records_max, bytes_max)
+            records = _read_files(store, snapshot, from_offset, records_max, bytes_max, schema)
         records = limit_bytes(records, bytes_max)
     if isolation is Isolation.PLAIN:
         return FetchResult(_without_markers(records), start, end, next_offset=_after(records))
@@ -134,7 +139,9 @@ def _may_hold_transactions(data_file: DataFile) -> bool:
     return data_file.has_producer_ids is not False
 
 
-def _read_tail(snapshot: LogSnapshot, from_offset: int, records_max: int) -> pa.Table | None:
+def _read_tail(
+    snapshot: LogSnapshot, from_offset: int, records_max: int, schema: pa.Schema
+) -> pa.Table | None:
     if not snapshot.tail or from_offset < snapshot.tail[0].base_offset:
         return None
     chunks, count = [], 0
@@ -143,35 +150,39 @@ def _read_tail(snapshot: LogSnapshot, from_offset: int, records_max: int) -> pa.
         if last < from_offset:
             continue
         skip = max(0, from_offset - chunk.base_offset)
-        part = chunk.records.slice(skip, records_max - count).select(_READ_COLUMNS)
+        part = chunk.records.slice(skip, records_max - count).select(schema.names)
         chunks.append(part)
         count += part.num_rows
         if count >= records_max:
             break
-    return pa.concat_tables(chunks) if chunks else _EMPTY_READ
+    return pa.concat_tables(chunks) if chunks else schema.empty_table()
 
 
 def _read_files(
-    store: Store, snapshot: LogSnapshot, from_offset: int, records_max: int, bytes_max: int
+    store: Store,
+    snapshot: LogSnapshot,
+    from_offset: int,
+    records_max: int,
+    bytes_max: int,
+    schema: pa.Schema,
 ) -> pa.Table:
     max_offsets = [f.max_offset for f in snapshot.files]
     index = bisect.bisect_left(max_offsets, from_offset)
     tables, count, size = [], 0, 0
     for data_file in snapshot.files[index:]:
-        table = _read_file(store, data_file, from_offset).slice(0, records_max - count)
+        table = _read_file(store, data_file, from_offset, schema).slice(0, records_max - count)
         tables.append(table)
         count += table.num_rows
         size += payload_bytes(table)
         if count >= records_max or size >= bytes_max:
             break
-    return pa.concat_tables(tables) if tables else _EMPTY_READ
+    return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
-def _read_file(store: Store, data_file: DataFile, from_offset: int) -> pa.Table:
+def _read_file(store: Store, data_file: DataFile, from_offset: int, schema: pa.Schema) -> pa.Table:
     if store.kind not in LOCAL_KINDS:
-        return _cached_records(store, data_file).filter(
-            pc.greater_equal(pc.field("offset"), from_offset)
-        )
+        cached = _cached_records(store, data_file)  # every read column: shared by all reads
+        return cached.filter(pc.greater_equal(pc.field("offset"), from_offset)).select(schema.names)
     # Row-group statistics skip the part of a large (optimized) file before `from_offset`.
     filters = [("offset", ">=", from_offset)] if data_file.min_offset < from_offset else None
     try:
@@ -179,9 +190,9 @@ def _read_file(store: Store, data_file: DataFile, from_offset: int) -> pa.Table:
         # columns, which the offset filter cannot evaluate before a cast.
         return pq.read_table(
             store.open_input(data_file.path),
-            columns=_READ_COLUMNS,
+            columns=schema.names,
             filters=filters,
-            schema=READ_SCHEMA,
+            schema=schema,
         )
     except OSError as error:
         raise StorageUnavailable(f"Cannot read {store.uri}/{data_file.path}: {error}") from error

@@ -214,9 +214,7 @@ class GroupCoordinator:
     def _rebalancing(group: Group, joined_during: int) -> bool:
         """Whether the rebalance a join made (or joined) in generation `joined_during` is
         still to complete."""
-        return (
-            group.state == GroupState.PREPARING_REBALANCE and group.generation == joined_during
-        )
+        return group.state == GroupState.PREPARING_REBALANCE and group.generation == joined_during
 
     async def sync(self, group_id: str, member_id: str, generation: int) -> tuple:
         slot = await self._slot(group_id)
