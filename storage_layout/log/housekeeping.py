@@ -21,7 +21,7 @@ from storage_layout.errors import StorageError
 from storage_layout.log.checkpoint import write_checkpoint
 from storage_layout.log.files import WrittenFile, read_whole_file, write_data_file
 from storage_layout.log.replay import UnreadableLog
-from storage_layout.log.snapshot import DataFile, Leadership, LogSnapshot
+from storage_layout.log.snapshot import DataFile, Leadership, LogSnapshot, in_memory
 from storage_layout.log.tables import TABLE_CONFIGURATION
 from storage_layout.store import Store
 
@@ -128,14 +128,11 @@ class Housekeeper:
     def _run_tables(self, snapshot: LogSnapshot, run: list[DataFile]) -> list[pa.Table]:
         """The files' records, from the in-memory tail where it still holds a file's commit
         (the small files a merge takes are mostly recent ones), else from the file."""
-        chunks = {chunk.base_offset: chunk.records for chunk in snapshot.tail}
+        chunks = snapshot.tail_records()
         tables = []
         for data_file in run:
-            chunk = chunks.get(data_file.min_offset)
-            if chunk is not None and chunk.num_rows == data_file.num_records:
-                tables.append(chunk)
-            else:
-                tables.append(read_whole_file(self._store, data_file))
+            chunk = in_memory(chunks, data_file)
+            tables.append(read_whole_file(self._store, data_file) if chunk is None else chunk)
         return tables
 
     def _checkpoint_and_trim(self, snapshot: LogSnapshot, history_ms: int) -> None:

@@ -20,7 +20,7 @@ from storage_layout.log.arrow_records import (
     payload_bytes,
 )
 from storage_layout.log.files import read_columns
-from storage_layout.log.snapshot import DataFile, LogSnapshot
+from storage_layout.log.snapshot import DataFile, LogSnapshot, in_memory
 from storage_layout.log.transaction_index import (
     INDEX_COLUMNS,
     TransactionIndex,
@@ -117,13 +117,14 @@ def _committed_data(committed: FetchResult) -> FetchResult:
 def transactional_rows_from(store: Store, snapshot: LogSnapshot, from_offset: int) -> pa.Table:
     """The INDEX_COLUMNS of transactional rows at or above `from_offset`, offset order: the
     tail from memory, other files (those whose statistics allow transactions) read."""
-    in_memory = {chunk.base_offset: chunk.records for chunk in snapshot.tail}
+    chunks = snapshot.tail_records()
     max_offsets = [f.max_offset for f in snapshot.files]
     tables = []
     for data_file in snapshot.files[bisect.bisect_left(max_offsets, from_offset) :]:
         if not _may_hold_transactions(data_file):
             continue
-        table = in_memory.get(data_file.min_offset)
+        # Not just the chunk at the file's first offset: a merged file holds several commits.
+        table = in_memory(chunks, data_file)
         if table is None:
             table = read_columns(store, data_file, list(INDEX_COLUMNS))
         tables.append(transactional_rows(table, from_offset))

@@ -99,6 +99,12 @@ class LogSnapshot:
     def active_segment(self) -> int | None:
         return max((f.segment for f in self.files), default=None)
 
+    def tail_records(self) -> dict[int, pa.Table]:
+        """The in-memory records of the tail's commits, by base offset. A file's records are
+        the chunk at its min_offset only if the chunk has as many rows (`in_memory`): a merge
+        replaces several commits' files by one that starts where the first did."""
+        return {chunk.base_offset: chunk.records for chunk in self.tail}
+
     def segment_files(self, segment: int) -> list[DataFile]:
         return [f for f in self.files if f.segment == segment]
 
@@ -111,6 +117,15 @@ class VersionTaken(Exception):
 class VisibleAfterReload(Exception):
     """A direct commit below the latest checkpoint turned out visible (the snapshot was
     reloaded with it)."""
+
+
+def in_memory(chunks: Mapping[int, pa.Table], data_file: DataFile) -> pa.Table | None:
+    """`data_file`'s records from the tail's chunks (LogSnapshot.tail_records), or None when
+    no chunk holds that whole file (a merged one, or one older than the tail)."""
+    chunk = chunks.get(data_file.min_offset)
+    if chunk is not None and chunk.num_rows == data_file.num_records:
+        return chunk
+    return None
 
 
 def snapshot_from_state(state: TableState, table_uri: str, fenced: bool = True) -> LogSnapshot:
