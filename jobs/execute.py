@@ -112,9 +112,7 @@ def run_compact_keys(unit: Unit, *, now_ms: int, dry_run: bool) -> Outcome:
             partition=unit.partition,
             now_ms=now_ms,
             first_dirty_offset=snapshot.log_start_offset if cleaned_to is None else cleaned_to,
-            last_stable_offset=transactions.last_stable_offset(
-                snapshot.high_watermark, snapshot.log_start_offset
-            ),
+            last_stable_offset=log.last_stable_offset(snapshot),
         )
         if plan.empty or dry_run:
             return _compaction_outcome(plan, started, (0, 0, 0), committed=False)

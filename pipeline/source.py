@@ -218,8 +218,7 @@ def isolation_of(options: Mapping[str, str]) -> Isolation:
 
 def committed_end(log: DeltaPartitionLog, snapshot: LogSnapshot) -> int:
     """Where read_committed readers of `snapshot` end: its last stable offset."""
-    index = log.transaction_index(snapshot)
-    return index.last_stable_offset(snapshot.high_watermark, snapshot.log_start_offset)
+    return log.last_stable_offset(snapshot)
 
 
 def _root(options: Mapping[str, str]) -> str:
@@ -334,7 +333,9 @@ def _partition_splits(
         transactions = log.transaction_index(snapshot)
         stable = committed_end(log, snapshot)
         if end == LATEST or end > stable:  # past it: records of a transaction still open
-            end = stable
+            # ...but never before the start: a start past the last stable offset reads
+            # nothing yet (not an error, as Spark's Kafka source waits there).
+            end = max(stable, snapshot.log_start_offset if start == EARLIEST else start)
     wanted = resolve_range(log, partition=partition, start=start, end=end, topic=topic)
     return plan_splits(
         snapshot,

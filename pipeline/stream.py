@@ -371,6 +371,10 @@ class LakelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         begin = from_kafka_json(start) if start is not None else self._tracked_position()
         latest = self._target if self._target is not None else self._high_watermarks()
+        if self._options.committed:
+            # A start past the last stable offset (startingOffsets given) waits there: the
+            # end never goes below it (that would read as data loss).
+            latest = {tp: max(end, begin.get(tp, end)) for tp, end in latest.items()}
         self._latest = latest
         # A partition the start does not know is new: Kafka reads it from its earliest offset.
         origins = {tp: begin[tp] if tp in begin else self._log_start(tp) for tp in latest}

@@ -710,15 +710,21 @@ class Broker:
         writer = await self.leaders.writer(request.topic, request.partition)
         writer.notice_foreign_commits()  # a job's or Spark's commit shows within the interval
         deadline = time.monotonic() + request.timeout_ms / 1000
+        moved_to = None
         while True:
             appended = writer.appended_event()
             result = await self._read(writer.log, request)
             remaining_ms = int((deadline - time.monotonic()) * 1000)
-            # next_offset without records: the read passed rows this reader does not see
-            # (markers, aborted records); the reader goes on from there without waiting.
-            moved_on = result.next_offset is not None
-            if result.records.num_rows or moved_on or remaining_ms <= 0 or self._closing:
+            if result.records.num_rows:
                 return result
+            if result.next_offset is not None:
+                # The read passed only rows this reader does not see (markers, aborted
+                # records): go on from there, and wait for records as the long poll asks.
+                moved_to = result.next_offset
+                request = dataclasses.replace(request, offset=moved_to)
+                continue
+            if remaining_ms <= 0 or self._closing:
+                return dataclasses.replace(result, next_offset=moved_to)
             writer.notice_foreign_commits()
             await self.wait_for_commits([appended], remaining_ms)
 

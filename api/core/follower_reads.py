@@ -54,7 +54,7 @@ class FollowerReads:
             bounds = log.bounds()
             if not bounds.log_start_offset <= offset < bounds.high_watermark:
                 return None
-            return await self._blocking(
+            result = await self._blocking(
                 log.read,
                 from_offset=offset,
                 records_max=records_max,
@@ -64,6 +64,9 @@ class FollowerReads:
         except (StorageError, OffsetOutOfRange):
             self._logs.pop(key, None)  # open afresh next time; the leader answers this one
             return None
+        if not result.records.num_rows and result.next_offset is None:
+            return None  # at the last stable offset here: the leader's long poll answers
+        return result
 
     async def read_committed(
         self, topic: str, partition: int, *, offset: int, records_max: int, bytes_max: int

@@ -72,10 +72,14 @@ class TransactionRequests:
         arguments["offsets"] = [dataclasses.asdict(offset) for offset in offsets]
         await self._call(transactional_id, "add_offsets", arguments)
 
-    async def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
-        """EndTxn: commit or abort; returns once markers and offsets are written."""
+    async def end(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool
+    ) -> ProducerIdentity:
+        """Commit or abort with a bumped epoch (TransactionCoordinator.end's `bump_epoch`);
+        returns once markers and offsets are written, with the next transaction's id."""
         arguments = _producer(producer_id, epoch) | {"commit": commit}
-        await self._call(transactional_id, "end", arguments)
+        body = await self._call(transactional_id, "end", arguments)
+        return ProducerIdentity(body["producer_id"], body["producer_epoch"])
 
     async def describe(self, transactional_id: str) -> dict:
         """The id's state as JSON (v3 shape, `kind` KafkaTransaction)."""
@@ -100,7 +104,8 @@ class TransactionRequests:
             offsets = [PendingOffset(**offset) for offset in body["offsets"]]
             await coordinator.add_offset_commits(*producer, offsets)
         elif operation == "end":
-            await coordinator.end(*producer, body["commit"])
+            identity = await coordinator.end(*producer, body["commit"], bump_epoch=True)
+            return {"producer_id": identity.producer_id, "producer_epoch": identity.producer_epoch}
         else:
             raise ValueError(f"unknown transaction operation {operation!r}")
         return {}

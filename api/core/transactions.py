@@ -133,7 +133,8 @@ class TransactionCoordinator:
         Raises:
             TransactionalIdNotFound: no producer was initialised with the id.
         """
-        self._lock(transactional_id)  # raises when another node coordinates it
+        if not self._is_mine(transactional_id):
+            self._lock(transactional_id)  # raises TransactionCoordinatorUnavailable
         state = await self._load(transactional_id)
         if state is None:
             raise TransactionalIdNotFound(
@@ -186,22 +187,58 @@ class TransactionCoordinator:
             )
             await self._save(dataclasses.replace(state, offsets=kept + tuple(offsets)))
 
-    async def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
-        """Commit or abort the transaction; returns once markers and offsets are written."""
+    async def end(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
+        *,
+        bump_epoch: bool = False,
+    ) -> ProducerIdentity:
+        """Commit or abort the transaction; returns once markers and offsets are written,
+        with the producer id and epoch of the next transaction.
+
+        With `bump_epoch` (KIP-890's rule, for lakelog's HTTP transactions) the markers are
+        written with the next epoch, which fences the ended one in every partition: a
+        produce of the ended transaction still in flight (a client's retry) is refused there
+        instead of opening a transaction nobody ends. A retry of such an end, with the epoch
+        it ended, is answered again.
+        """
+        wanted = TxnStatus.COMPLETE_COMMIT if commit else TxnStatus.COMPLETE_ABORT
         async with self._lock(transactional_id):
+            if bump_epoch:
+                state = await self._load(transactional_id)
+                if _ended_by(state, producer_id, epoch, wanted):
+                    return ProducerIdentity(state.producer_id, state.producer_epoch)
             state = await self._checked(transactional_id, producer_id, epoch)
-            wanted = TxnStatus.COMPLETE_COMMIT if commit else TxnStatus.COMPLETE_ABORT
-            prepared = TxnStatus.PREPARE_COMMIT if commit else TxnStatus.PREPARE_ABORT
+            # (A prepared state never gets here: _checked answers CONCURRENT_TRANSACTIONS, the
+            # client retries, and by then the sweep has completed it.)
             if state.status is TxnStatus.ONGOING:
-                await self._complete(await self._prepare(state, commit))
-            elif state.status is prepared:
-                await self._complete(state)  # a retry after a coordinator failed mid-way
+                state = await self._end_ongoing(state, commit, bump_epoch)
             elif state.status is not wanted:  # a retry of a completed end is answered again
                 verb = "commit" if commit else "abort"
                 raise InvalidTxnState(
                     f"Cannot {verb} transactional id {transactional_id!r}: it is "
                     f"{state.status.value}."
                 )
+            return ProducerIdentity(state.producer_id, state.producer_epoch)
+
+    async def _end_ongoing(self, state: TxnState, commit: bool, bump_epoch: bool) -> TxnState:
+        if not bump_epoch:
+            return await self._complete(await self._prepare(state, commit))
+        identity = await self._init_producer(state.transactional_id)
+        if identity.producer_id == state.producer_id:
+            state = dataclasses.replace(state, producer_epoch=identity.producer_epoch)
+        done = await self._complete(await self._prepare(state, commit))
+        if (done.producer_id, done.producer_epoch) == (
+            identity.producer_id,
+            identity.producer_epoch,
+        ):
+            return done
+        # The epochs ran out: the markers kept the old id, the next transaction has a new one.
+        next_id = {"producer_id": identity.producer_id, "producer_epoch": identity.producer_epoch}
+        return await self._save(dataclasses.replace(done, **next_id))
 
     # ---- completing ----------------------------------------------------------------------
 
@@ -338,6 +375,18 @@ class TransactionCoordinator:
             ) from None
         self._states[state.transactional_id] = stored
         return stored
+
+
+def _ended_by(state: TxnState | None, producer_id: int, epoch: int, wanted: TxnStatus) -> bool:
+    """Whether `state` is what an end with a bumped epoch left of the transaction of
+    (`producer_id`, `epoch`): its outcome `wanted`, the next epoch. A zombie cannot get here:
+    a newer producer's InitProducerId bumps the epoch twice (abort, then its own)."""
+    return (
+        state is not None
+        and state.status is wanted
+        and state.producer_id == producer_id
+        and state.producer_epoch == epoch + 1
+    )
 
 
 def _by_group(offsets: Sequence[PendingOffset]) -> dict[str, list[OffsetCommit]]:

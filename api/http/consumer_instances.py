@@ -492,7 +492,8 @@ class ConsumerInstances:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _fetch_partition(self, instance, tp: TopicPartition, bytes_max, timeout_ms):
-        """Fetch from the instance's position and advance it (only when records return)."""
+        """Fetch from the instance's position and advance it past what the read passed
+        (records, and the markers and aborted records it left out)."""
         position = instance.positions[tp]
         try:
             fetched = await remote_reads.fetch_items(

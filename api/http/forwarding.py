@@ -32,8 +32,9 @@ async def proxy_to_leader(request: Request, broker: Broker, leader_url: str) -> 
             f"retry shortly."
         ) from None
     media_type = answer.headers.get("content-type")
-    served_by = {k: v for k, v in answer.headers.items() if k.lower() == SERVED_BY_HEADER}
-    return Response(answer.content, answer.status_code, media_type=media_type, headers=served_by)
+    kept = (SERVED_BY_HEADER, NEXT_OFFSET_HEADER)
+    headers = {k: v for k, v in answer.headers.items() if k.lower() in kept}
+    return Response(answer.content, answer.status_code, media_type=media_type, headers=headers)
 
 
 async def forward_request(request: Request, broker: Broker, node_url: str) -> Response:

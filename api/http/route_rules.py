@@ -166,7 +166,7 @@ RULES: dict[tuple[str, str], Rule] = {
             Check("WRITE", "transactional_id", "transactional_id"),
             Check("READ", "group", "group"),
         ),
-        also="producer id owned",
+        also="producer id owned; READ on every topic named in the body",
     ),
     # node to node
     ("POST", "/_lakelog/internal/topics/{topic}/partitions/{partition}/append"): NODE,

@@ -131,6 +131,7 @@ class DeltaPartitionLog:
         self._reloads = 0  # how many times the snapshot was rebuilt from the table
         # Open and aborted transactions, extended to each new snapshot when a reader asks.
         self._transactions = TransactionIndex()
+        self._has_transaction_columns = False  # known once the schema was seen with them
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -261,9 +262,14 @@ class DeltaPartitionLog:
     def stable_bounds(self) -> PartitionBounds:
         """bounds() with the last stable offset (may read files newer than the index)."""
         snapshot = self._snapshot
-        index = self.transaction_index(snapshot)
-        stable = index.last_stable_offset(snapshot.high_watermark, snapshot.log_start_offset)
+        stable = self.last_stable_offset(snapshot)
         return PartitionBounds(snapshot.log_start_offset, snapshot.high_watermark, stable)
+
+    def last_stable_offset(self, snapshot: LogSnapshot | None = None) -> int:
+        """Where read_committed readers of `snapshot` (default: the loaded one) end."""
+        snapshot = self._snapshot if snapshot is None else snapshot
+        index = self.transaction_index(snapshot)
+        return index.last_stable_offset(snapshot.high_watermark, snapshot.log_start_offset)
 
     def read(
         self,
@@ -397,23 +403,29 @@ class DeltaPartitionLog:
 
         Raises:
             AppendConflict: other commits kept coming first (retry).
-            StorageUnavailable: the storage could not be written.
+            StorageUnavailable: the storage could not be written or read.
         """
+        if self._has_transaction_columns:
+            return False
         for attempt in range(LEADERSHIP_ATTEMPTS_MAX):
-            if attempt:
+            if attempt or self._snapshot.state is None:
                 self.reload()
             state = self._snapshot.state
             if state is None:
-                self.reload()
-                state = self._snapshot.state
+                raise StorageUnavailable(f"{self.table_uri}: the table's metadata is not loaded.")
             upgraded = log_commit.with_transaction_fields(dict(state.metadata))
             if upgraded is None:
+                self._has_transaction_columns = True
                 return False
             version = self._snapshot.table_version + 1
             actions = log_commit.metadata_actions(upgraded, _now_ms())
-            if self._put_commit(version, log_commit.ndjson(actions)):
-                self._snapshot = _committed(self._snapshot, version, actions)
-                return True
+            if not self._put_commit(version, log_commit.ndjson(actions)):
+                continue
+            if self._may_be_below_checkpoint(version):  # paused past the log grace: look
+                continue  # reloaded on the next attempt, which finds the columns or adds them
+            self._snapshot = _committed(self._snapshot, version, actions)
+            self._has_transaction_columns = True
+            return True
         raise AppendConflict(f"{self.table_uri}: other commits kept coming before its upgrade.")
 
     def _stage(self, build, *, config: TopicConfig, now_ms: int | None, after) -> StagedAppend:

@@ -317,7 +317,8 @@ def test_http_transactions_work_through_any_node(nodes_factory):
         assert httpx.post(url, json=offsets, timeout=10).status_code == 204
         verb = "commit" if n % 3 else "abort"
         ended = httpx.post(f"{other}{v3}/transactions/{tid}/{verb}", json=fields, timeout=10)
-        assert ended.status_code == 204, ended.text
+        assert ended.status_code == 200, ended.text
+        assert ended.json()["producer_epoch"] == fields["producer_epoch"] + 1
         state = httpx.get(f"{first}{v3}/transactions/{tid}", timeout=10).json()
         assert state["state"] == ("CompleteCommit" if n % 3 else "CompleteAbort")
         stored = httpx.get(f"{other}/groups/copier-{n}/offsets", timeout=10)

@@ -159,3 +159,10 @@ def test_an_unknown_isolation_level_names_the_two_valid_ones(spark, tmp_path):
         reader.option("kafka.isolation.level", "serializable").load(root).collect()
     reader = reader.option("kafka.isolation.level", "read_uncommitted")
     assert reader.load(root).collect() == []
+
+
+def test_read_committed_from_past_the_last_stable_offset_reads_nothing_yet(spark, tmp_path):
+    root = str(tmp_path / "root")
+    open_transaction_partition(root)  # last stable offset 5, high watermark 7
+    register_data_source(spark)
+    assert committed_read(spark, root, startingOffsets='{"txns": {"0": 6}}') == []

@@ -12,8 +12,9 @@ of the id (its open transaction is aborted) and returns a new epoch; sequences s
 each partition. Records produced with the id join its open transaction (their partitions are
 added to it by the gateway, as KIP-890's second protocol does), and are seen by read_committed
 readers only once it commits. Offsets sent to a group within the transaction are committed
-with it (and OffsetFetch reports them unstable until then). After a commit or abort the same
-producer may go on with its next transaction (sequences continue), or `begin` again.
+with it (and OffsetFetch reports them unstable until then). Commit and abort answer with the
+next transaction's producer id and epoch (the epoch is bumped at each end, as KIP-890 does,
+fencing late retries of the ended one); sequences start again at 0 with it.
 
 Every node serves these routes: the transactional id's coordinator is found for the client.
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Body, Path, Request
 from pydantic import BaseModel, Field
 
 from api.core.broker import Broker
@@ -36,7 +37,8 @@ router = APIRouter(prefix="/v3", tags=["v3 transactions (lakelog)"])
 
 TRANSACTION = "/clusters/{cluster_id}/transactions/{transactional_id}"
 TIMEOUT_MS_DEFAULT = 60_000  # Kafka's transaction.timeout.ms default
-TransactionalId = Annotated[str, Field(min_length=1, max_length=249)]
+# Kafka's limit on ids (249 characters, as topic names): checked on every route's path.
+TransactionalId = Annotated[str, Path(min_length=1, max_length=249)]
 
 
 class Begin(BaseModel):
@@ -85,7 +87,7 @@ class TransactionalProducer(BaseModel):
 )
 async def begin(
     cluster_id: str,
-    transactional_id: str,
+    transactional_id: TransactionalId,
     request: Request,
     broker: BrokerDep,
     body: Annotated[Begin | None, Body()] = None,
@@ -115,13 +117,14 @@ async def begin_transactions(request: Request, broker: Broker, transactional_id:
 @served_by_coordinator
 async def send_offsets(
     cluster_id: str,
-    transactional_id: str,
+    transactional_id: TransactionalId,
     group: str,
     body: TransactionOffsets,
     request: Request,
     broker: BrokerDep,
 ) -> None:
     check_cluster(cluster_id, broker.settings)
+    access.require_topics(request, "READ", (o.topic_name for o in body.offsets))
     await access.check_producer(request, body.producer_id)
     producer = (transactional_id, body.producer_id, body.producer_epoch)
     if body.member_id:
@@ -134,31 +137,63 @@ async def send_offsets(
     await broker.add_transaction_offsets(*producer, offsets)
 
 
-@router.post(TRANSACTION + "/commit", summary="Commit the open transaction", status_code=204)
+_END_DESCRIPTION = (
+    "Returns the producer id and epoch of the next transaction: the epoch is bumped at every "
+    "commit and abort (as KIP-890 does), which fences the ended transaction's epoch in every "
+    "partition it wrote to, so a late retry of one of its records is refused (409 40906) "
+    "instead of starting a transaction nobody ends. Sequences start again at 0. A retry of the "
+    "same commit or abort is answered again."
+)
+
+
+@router.post(
+    TRANSACTION + "/commit",
+    summary="Commit the open transaction",
+    description=_END_DESCRIPTION,
+    response_model=TransactionalProducer,
+)
 async def commit(
-    cluster_id: str, transactional_id: str, body: Producer, request: Request, broker: BrokerDep
-) -> None:
-    await _end(cluster_id, transactional_id, body, request, broker, commit=True)
+    cluster_id: str,
+    transactional_id: TransactionalId,
+    body: Producer,
+    request: Request,
+    broker: BrokerDep,
+) -> TransactionalProducer:
+    return await _end(cluster_id, transactional_id, body, request, broker, commit=True)
 
 
-@router.post(TRANSACTION + "/abort", summary="Abort the open transaction", status_code=204)
+@router.post(
+    TRANSACTION + "/abort",
+    summary="Abort the open transaction",
+    description=_END_DESCRIPTION,
+    response_model=TransactionalProducer,
+)
 async def abort(
-    cluster_id: str, transactional_id: str, body: Producer, request: Request, broker: BrokerDep
-) -> None:
-    await _end(cluster_id, transactional_id, body, request, broker, commit=False)
+    cluster_id: str,
+    transactional_id: TransactionalId,
+    body: Producer,
+    request: Request,
+    broker: BrokerDep,
+) -> TransactionalProducer:
+    return await _end(cluster_id, transactional_id, body, request, broker, commit=False)
 
 
-async def _end(cluster_id, transactional_id, body: Producer, request, broker, *, commit) -> None:
+async def _end(cluster_id, transactional_id, body: Producer, request, broker, *, commit):
     check_cluster(cluster_id, broker.settings)
     await access.check_producer(request, body.producer_id)
-    await broker.transaction_requests.end(
+    identity = await broker.transaction_requests.end(
         transactional_id, body.producer_id, body.producer_epoch, commit
+    )
+    return TransactionalProducer(
+        transactional_id=transactional_id,
+        producer_id=identity.producer_id,
+        producer_epoch=identity.producer_epoch,
     )
 
 
 @router.get(TRANSACTION, summary="A transactional id's state (Kafka's DescribeTransactions)")
 async def describe(
-    cluster_id: str, transactional_id: str, request: Request, broker: BrokerDep
+    cluster_id: str, transactional_id: TransactionalId, request: Request, broker: BrokerDep
 ) -> dict:
     check_cluster(cluster_id, broker.settings)
     return await broker.transaction_requests.describe(transactional_id)

@@ -46,6 +46,9 @@ async def _one(
         if timestamp < 0:
             return answer | {"error_code": ErrorCode.invalid_request}
         offset = await broker.offset_for_timestamp(topic, partition, timestamp)
+        if offset is not None and committed:  # as Kafka: none at or past the LSO
+            bounds = await broker.partition_bounds(topic, partition, stable=True)
+            offset = offset if offset < bounds.last_stable_offset else None
         if offset is None:
             return answer | {"timestamp": -1, "offset": -1}
         record = await broker.record_at(topic, partition, offset)

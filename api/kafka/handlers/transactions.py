@@ -81,6 +81,8 @@ async def txn_offset_commit(connection: Connection, request, version: int) -> di
     try:
         connection.check("WRITE", "transactional_id", request.transactional_id)
         connection.check("READ", "group", request.group_id)
+        for topic in request.topics:
+            connection.check("READ", "topic", topic.name)
         member_id = getattr(request, "member_id", "") or None
         generation = getattr(request, "generation_id", -1)
         if member_id is not None:
