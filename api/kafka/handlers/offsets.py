@@ -5,6 +5,8 @@ would need a scan of the partition's files."""
 
 from __future__ import annotations
 
+import asyncio
+
 from kio.schema.errors import ErrorCode
 
 from api.kafka.connection import Connection
@@ -21,11 +23,15 @@ async def list_offsets(connection: Connection, request, version: int) -> dict:
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics = []
     for topic in request.topics:
-        partitions = [
-            await _one(connection, topic.name, p.partition_index, p.timestamp, committed)
-            for p in topic.partitions
-        ]
-        topics.append({"name": topic.name, "partitions": partitions})
+        # At once: the first request for a partition may make this node its leader (a table
+        # open and a commit each), which one at a time took seconds for a new topic.
+        partitions = await asyncio.gather(
+            *(
+                _one(connection, topic.name, p.partition_index, p.timestamp, committed)
+                for p in topic.partitions
+            )
+        )
+        topics.append({"name": topic.name, "partitions": list(partitions)})
     return {"throttle_time": 0, "topics": topics}
 
 
