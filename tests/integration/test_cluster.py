@@ -172,7 +172,7 @@ def test_any_node_accepts_writes_and_leadership_spreads(nodes_factory):
             offsets = httpx.get(
                 f"{node.url}/topics/spread/partitions/{partition}/offsets", timeout=10
             ).json()
-            assert offsets == {"beginning_offset": 0, "end_offset": 9}
+            assert offsets == {"beginning_offset": 0, "end_offset": 9, "last_stable_offset": 9}
 
 
 @pytest.mark.parametrize("node_count", [2, 3])

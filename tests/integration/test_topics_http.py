@@ -177,7 +177,7 @@ def test_recreate_after_delete_starts_at_offset_zero(client, topic_name):
     assert client.delete(f"{V3}/topics/{topic_name}").status_code == 204
     create_topic(client, topic_name)
     offsets = client.get(f"/topics/{topic_name}/partitions/0/offsets").json()
-    assert offsets == {"beginning_offset": 0, "end_offset": 0}
+    assert offsets == {"beginning_offset": 0, "end_offset": 0, "last_stable_offset": 0}
     acked = produce(client, topic_name, [{"value": "Yg=="}]).json()["offsets"][0]
     assert acked["offset"] == 0
 
@@ -258,16 +258,19 @@ def test_v2_unknown_topic_and_partition_codes(client, topic_name):
 
 
 def test_v2_partition_offsets_after_five_records(client, topic_name):
-    """/offsets is {"beginning_offset": 0, "end_offset": 5} after producing 5 records."""
+    """/offsets is {"beginning_offset": 0, "end_offset": 5} after producing 5 records (and
+    the last stable offset with them: no transaction is open)."""
     create_topic(client, topic_name)
     assert client.get(f"/topics/{topic_name}/partitions/0/offsets").json() == {
         "beginning_offset": 0,
         "end_offset": 0,
+        "last_stable_offset": 0,
     }
     assert produce(client, topic_name, [{"value": "YQ=="}] * 5).status_code == 200
     assert client.get(f"/topics/{topic_name}/partitions/0/offsets").json() == {
         "beginning_offset": 0,
         "end_offset": 5,
+        "last_stable_offset": 5,
     }
 
 
