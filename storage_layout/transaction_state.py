@@ -21,6 +21,9 @@ from storage_layout.records import TopicPartition
 from storage_layout.store import Store, open_store
 
 TRANSACTIONS_DIR = "transactions"
+# Which transactional ids hold offsets of which group (FORMAT.md §15): a group's coordinator,
+# new after a failover, learns from one listing which offsets are still unstable (KIP-447).
+TRANSACTION_GROUPS_DIR = "transaction_groups"
 _SEQUENCE_DIGITS = 12
 
 
@@ -37,6 +40,11 @@ class TxnStatus(enum.Enum):
     @property
     def preparing(self) -> bool:
         return self in (TxnStatus.PREPARE_COMMIT, TxnStatus.PREPARE_ABORT)
+
+    @property
+    def complete(self) -> bool:
+        """Nothing of a transaction is pending (none begun, or it ended)."""
+        return self in (TxnStatus.EMPTY, TxnStatus.COMPLETE_COMMIT, TxnStatus.COMPLETE_ABORT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +109,55 @@ class TransactionStateStore:
 
     def __init__(self, root: str) -> None:
         self._store: Store = open_store(paths.meta_table_uri(root, TRANSACTIONS_DIR))
+        self._groups: Store = open_store(paths.meta_table_uri(root, TRANSACTION_GROUPS_DIR))
+
+    def note_group(self, group_id: str, transactional_id: str) -> None:
+        """Record that the transactional id's open transaction holds offsets of the group
+        (before they are sent, so a new coordinator of the group can find them)."""
+        try:
+            self._groups.put(_group_entry(group_id, transactional_id), b"")
+        except OSError as error:
+            raise StorageUnavailable(f"Cannot note group {group_id!r}: {error}") from None
+
+    def forget_group(self, group_id: str, transactional_id: str) -> None:
+        """The transaction ended: its offsets of the group are stable."""
+        try:
+            self._groups.delete(_group_entry(group_id, transactional_id))
+        except OSError:
+            pass  # a leftover entry names a complete transaction: readers skip it
+
+    def pending_offsets_of(self, group_id: str) -> list[tuple[int, list[TopicPartition]]]:
+        """(producer id, partitions) of each transaction not yet complete that holds offsets
+        of the group."""
+        pending = []
+        for transactional_id in self.transactions_of_group(group_id):
+            state = self.load(transactional_id)
+            if state is None or state.status.complete:
+                continue
+            partitions = [
+                TopicPartition(o.topic, o.partition)
+                for o in state.offsets
+                if o.group_id == group_id
+            ]
+            if partitions:
+                pending.append((state.producer_id, partitions))
+        return pending
+
+    def transactions_of_group(self, group_id: str) -> list[str]:
+        """Transactional ids whose transaction held offsets of the group when last noted."""
+        prefix = _group_prefix(group_id)
+        try:
+            found = self._groups.list_after(prefix)
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            raise StorageUnavailable(f"Cannot list transactions of {group_id!r}: {error}") from None
+        ids = []
+        for entry in found:
+            if not entry.name.startswith(prefix):
+                break
+            ids.append(bytes.fromhex(entry.name[len(prefix) :]).decode())
+        return ids
 
     def load(self, transactional_id: str) -> TxnState | None:
         """The newest state of `transactional_id`, or None if it never had one."""
@@ -149,6 +206,14 @@ class TransactionStateStore:
             self._store.delete(name)
         except OSError:
             pass  # a superseded state left behind is skipped by load
+
+
+def _group_prefix(group_id: str) -> str:
+    return group_id.encode().hex() + "."
+
+
+def _group_entry(group_id: str, transactional_id: str) -> str:
+    return _group_prefix(group_id) + transactional_id.encode().hex()
 
 
 def _prefix(transactional_id: str) -> str:

@@ -111,6 +111,7 @@ class Broker:
         self.leaders: Leaders | None = None
         self.groups = None  # GroupCoordinator, once started
         self.transactions = None  # TransactionCoordinator, once started
+        self._transaction_states: TransactionStateStore | None = None  # with the groups
         self.transaction_requests = None  # TransactionRequests: its operations from any node
         self._maintenance: asyncio.Task | None = None
         self.scheduled_jobs: ScheduledJobs | None = None  # in-gateway maintenance, if on
@@ -187,6 +188,7 @@ class Broker:
         from api.core.groups.coordinator import GroupCoordinator
 
         offsets = await self._blocking(ConsumerOffsets, self.root)
+        self._transaction_states = await self._blocking(TransactionStateStore, self.root)
         self.groups = GroupCoordinator(
             offsets=offsets,
             node_id=self.cluster.node_id,
@@ -194,11 +196,17 @@ class Broker:
             node_url=self.cluster.url,
             topics=self._partition_counts,
             blocking=self._blocking,
+            pending_transactions=self._pending_transaction_offsets,
         )
         self.groups.start()
 
+    async def _pending_transaction_offsets(self, group_id: str) -> list:
+        """(producer id, partitions) of the open transactions holding offsets of the group,
+        from their stored states (one listing when there are none)."""
+        return await self._blocking(self._transaction_states.pending_offsets_of, group_id)
+
     async def _start_transactions(self) -> None:
-        store = await self._blocking(TransactionStateStore, self.root)
+        store = self._transaction_states
         self.transactions = TransactionCoordinator(
             store=store,
             node_id=self.cluster.node_id,

@@ -162,6 +162,9 @@ class TransactionCoordinator:
             current = await self._checked(transactional_id, producer_id, epoch)
             state = self._ongoing(current)
             if group_id not in state.groups or current.status is not TxnStatus.ONGOING:
+                # Noted first: the group's offsets come next (TxnOffsetCommit), and a new
+                # coordinator of the group must find this transaction holding them.
+                await self._blocking(self._store.note_group, group_id, transactional_id)
                 groups = tuple(dict.fromkeys((*state.groups, group_id)))
                 await self._save(dataclasses.replace(state, groups=groups))
 
@@ -273,6 +276,7 @@ class TransactionCoordinator:
         by_group = _by_group(state.offsets) if commit else {}
         for group_id in state.groups:
             await self._commit_offsets(group_id, by_group.get(group_id, []), state.producer_id)
+            await self._blocking(self._store.forget_group, group_id, state.transactional_id)
         status = TxnStatus.COMPLETE_COMMIT if commit else TxnStatus.COMPLETE_ABORT
         done = dataclasses.replace(state, status=status, partitions=(), groups=(), offsets=())
         return await self._save(done)

@@ -11,6 +11,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from tests.gateway_process import start_gateway
 from tests.kafka.test_clients import create, produce_all
 
 pytestmark = pytest.mark.gateway
@@ -159,3 +160,40 @@ def test_a_group_offset_pending_in_a_transaction_is_not_read_until_it_ends(boots
         assert reader.committed([TopicPartition(topic_name, 0)], 30)[0].offset == 5
     finally:
         reader.close()
+
+
+def test_offsets_pending_in_a_transaction_stay_unstable_after_a_coordinator_restart(tmp_path):
+    """The group's coordinator is killed (-9) while a transaction holds an offset of the group;
+    the new one (a restart on the same root) learns it from the stored transaction states and
+    answers UNSTABLE_OFFSET_COMMIT until that transaction ends (here: aborted at its timeout)."""
+    data_dir = tmp_path / "data"
+    gateway = start_gateway(data_dir, kafka=True)
+    topic, group = "pending-across-restart", "pending-across-restart-g"
+    try:
+        create(gateway.kafka_address, topic)
+        producer = transactional(gateway.kafka_address, **{"transaction.timeout.ms": 4000})
+        producer.begin_transaction()
+        member = Consumer({"bootstrap.servers": gateway.kafka_address, "group.id": group})
+        offsets = [TopicPartition(topic, 0, 5)]
+        producer.send_offsets_to_transaction(offsets, member.consumer_group_metadata())
+        member.close()
+    finally:
+        gateway.process.kill()
+        gateway.process.wait()
+    restarted = start_gateway(data_dir, kafka=True)
+    reader = Consumer(
+        {
+            "bootstrap.servers": restarted.kafka_address,
+            "group.id": group,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        with pytest.raises(KafkaException):  # unstable: the transaction is still open
+            reader.committed([TopicPartition(topic, 0)], 2)
+        # Its timeout passes: the new coordinator aborts it, and the offset is stable again
+        # (none committed: the transaction's offset went with it).
+        assert reader.committed([TopicPartition(topic, 0)], 30)[0].offset < 0
+    finally:
+        reader.close()
+        restarted.stop()

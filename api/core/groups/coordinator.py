@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from api.core.cluster import preferred_node
@@ -103,6 +103,10 @@ class _GroupSlot:
     topics_seen: dict[str, int] = field(default_factory=dict)  # partitions at last rebalance
 
 
+# group id -> (producer id, partitions) of each open transaction holding offsets of the group
+PendingTransactions = Callable[[str], Awaitable[list[tuple[int, list[TopicPartition]]]]]
+
+
 class GroupCoordinator:
     """The groups this node coordinates, and where the others are coordinated."""
 
@@ -116,6 +120,7 @@ class GroupCoordinator:
         topics: Callable[[], asyncio.Future],
         blocking: Callable,
         clock: Callable[[], float] = time.monotonic,
+        pending_transactions: PendingTransactions | None = None,
     ) -> None:
         self._offsets = offsets
         self.node_id = node_id
@@ -134,6 +139,8 @@ class GroupCoordinator:
         # OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for these partitions
         # until the transaction ends, so a new owner does not start from a stale offset.
         self._pending_txn: dict[str, dict[TopicPartition, int]] = {}
+        # Where a coordinator new to a group learns them (the transactions' stored state).
+        self._pending_transactions = pending_transactions
         self.before_rebalance: Callable[[str], asyncio.Future] | None = None  # REST instances
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -446,8 +453,20 @@ class GroupCoordinator:
         # the previous coordinator is unknown here (UNKNOWN_MEMBER_ID comes before the
         # generation check), whatever its generation. Chaos T3g checks this.
         group.generation = max((o.generation for o in stored.values()), default=0)
+        await self._load_pending_transactions(group_id)
         log.info("node %s coordinates group %s (epoch %s)", self.node_id, group_id, held.epoch)
         return _GroupSlot(group, held, stored)
+
+    async def _load_pending_transactions(self, group_id: str) -> None:
+        """Offsets of the group that open transactions hold, as the stored transaction states
+        say: after a failover they stay unstable here until those transactions end, as they
+        were at the group's previous coordinator (Kafka keeps them in its offsets log)."""
+        if self._pending_transactions is None:
+            return
+        pending = self._pending_txn.setdefault(group_id, {})
+        for producer_id, partitions in await self._pending_transactions(group_id):
+            for partition in partitions:
+                pending.setdefault(partition, producer_id)
 
     def _drop(self, group_id: str) -> None:
         slot = self._slots.pop(group_id, None)
