@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import json
 from dataclasses import dataclass
 
@@ -21,6 +22,8 @@ from storage_layout.records import TopicPartition
 from storage_layout.store import Store, open_store
 
 TRANSACTIONS_DIR = "transactions"
+HEX_KEY_CHARS_MAX = 200  # ids up to 100 bytes are named by their hex (readable, decodable)
+HASHED_NAME = "~"  # longer ones by "~" and the SHA-256 of the id
 # Which transactional ids hold offsets of which group (FORMAT.md §15): a group's coordinator,
 # new after a failover, learns from one listing which offsets are still unstable (KIP-447).
 TRANSACTION_GROUPS_DIR = "transaction_groups"
@@ -115,7 +118,7 @@ class TransactionStateStore:
         """Record that the transactional id's open transaction holds offsets of the group
         (before they are sent, so a new coordinator of the group can find them)."""
         try:
-            self._groups.put(_group_entry(group_id, transactional_id), b"")
+            self._groups.put(_group_entry(group_id, transactional_id), transactional_id.encode())
         except OSError as error:
             raise StorageUnavailable(f"Cannot note group {group_id!r}: {error}") from None
 
@@ -156,7 +159,9 @@ class TransactionStateStore:
         for entry in found:
             if not entry.name.startswith(prefix):
                 break
-            ids.append(bytes.fromhex(entry.name[len(prefix) :]).decode())
+            data = self._groups.get(entry.name)  # the id itself: names may be hashes of it
+            if data is not None:
+                ids.append(data.decode())
         return ids
 
     def load(self, transactional_id: str) -> TxnState | None:
@@ -190,8 +195,19 @@ class TransactionStateStore:
 
     def transactional_ids(self) -> list[str]:
         """Every transactional id with a stored state."""
-        ids = {_transactional_id(o.name) for o in self._list_after("")}
-        return sorted(i for i in ids if i is not None)
+        ids, hashed = set(), set()
+        for stored in self._list_after(""):
+            name = stored.name
+            if name.startswith(HASHED_NAME):
+                hashed.add(name.partition(".")[0])
+            elif (transactional_id := _transactional_id(name)) is not None:
+                ids.add(transactional_id)
+        for key in hashed:  # long ids: named by a hash, the id is in the state itself
+            names = [o.name for o in self._list_after(key + ".") if o.name.startswith(key + ".")]
+            data = self._store.get(max(names)) if names else None
+            if data is not None:
+                ids.add(TxnState.from_json(data).transactional_id)
+        return sorted(ids)
 
     def _list_after(self, start: str):
         try:
@@ -208,16 +224,30 @@ class TransactionStateStore:
             pass  # a superseded state left behind is skipped by load
 
 
+def _key(text: str) -> str:
+    """An object-name-safe key of an id: its UTF-8 in hex, or, for ids whose hex would make
+    names too long for a file system (255 bytes), HASHED_NAME and the SHA-256 of it."""
+    encoded = text.encode().hex()
+    if len(encoded) <= HEX_KEY_CHARS_MAX:
+        return encoded
+    return _hashed(text)
+
+
+def _hashed(text: str) -> str:
+    return HASHED_NAME + hashlib.sha256(text.encode()).hexdigest()
+
+
+# Group entries name two ids: both hashed, so any two fit (131 characters).
 def _group_prefix(group_id: str) -> str:
-    return group_id.encode().hex() + "."
+    return _hashed(group_id) + "."
 
 
 def _group_entry(group_id: str, transactional_id: str) -> str:
-    return _group_prefix(group_id) + transactional_id.encode().hex()
+    return _group_prefix(group_id) + _hashed(transactional_id)
 
 
 def _prefix(transactional_id: str) -> str:
-    return transactional_id.encode().hex() + "."
+    return _key(transactional_id) + "."
 
 
 def _name(transactional_id: str, sequence: int) -> str:

@@ -55,3 +55,18 @@ def test_superseded_states_are_deleted(tmp_path):
         state = store.save(state)
     names = sorted(p.name for p in (tmp_path / "_meta" / "transactions").iterdir())
     assert len(names) == 1 and names[0].endswith("000000000006.json")
+
+
+def test_long_ids_are_stored_under_hashed_names_and_still_listed(tmp_path):
+    """Ids whose hex would pass a file system's 255-byte names (Kafka sets no limit)."""
+    store = TransactionStateStore(str(tmp_path))
+    long_id, short_id = "t" * 400, "short"
+    for transactional_id in (long_id, short_id):
+        store.save(TxnState(transactional_id, 1, 0, TxnStatus.EMPTY, 60_000))
+    assert store.load(long_id).transactional_id == long_id
+    assert store.transactional_ids() == sorted([long_id, short_id])
+    group = "g" * 300
+    store.note_group(group, long_id)
+    assert store.transactions_of_group(group) == [long_id]
+    store.forget_group(group, long_id)
+    assert store.transactions_of_group(group) == []
