@@ -219,6 +219,8 @@ class TransactionCoordinator:
             # client retries, and by then the sweep has completed it.)
             if state.status is TxnStatus.ONGOING:
                 state = await self._end_ongoing(state, commit, bump_epoch)
+            elif bump_epoch and state.status.complete:
+                pass  # nothing open (HTTP): ending it is a no-op, as Kafka's clients make it
             elif state.status is not wanted:  # a retry of a completed end is answered again
                 verb = "commit" if commit else "abort"
                 raise InvalidTxnState(
