@@ -280,7 +280,7 @@ class Broker:
     async def end_transaction_offsets(self, group_id: str, commits, producer_id: int) -> None:
         if commits:
             await self.groups.commit_transactional(group_id, commits)
-        self.groups.end_transactional(group_id, producer_id)
+        await self.groups.end_transactional(group_id, producer_id)
 
     async def _partition_counts(self) -> dict[str, int]:
         return {topic.name: topic.partitions for topic in await self.list_topics()}

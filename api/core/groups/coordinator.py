@@ -317,8 +317,11 @@ class GroupCoordinator:
         """Partitions whose offsets an open transaction is about to commit."""
         return set(self._pending_txn.get(group_id, {}))
 
-    def end_transactional(self, group_id: str, producer_id: int) -> None:
-        """The producer's transaction ended: its offsets are stable (committed or dropped)."""
+    async def end_transactional(self, group_id: str, producer_id: int) -> None:
+        """The producer's transaction ended: its offsets are stable (committed or dropped).
+        After the group is loaded here: a load in progress reads the stored transactions and
+        would otherwise mark this one's offsets unstable after its end had been applied."""
+        await self._slot(group_id)
         pending = self._pending_txn.get(group_id, {})
         for partition in [p for p, owner in pending.items() if owner == producer_id]:
             del pending[partition]
