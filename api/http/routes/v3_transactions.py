@@ -184,6 +184,8 @@ async def _end(cluster_id, transactional_id, body: Producer, request, broker, *,
     identity = await broker.transaction_requests.end(
         transactional_id, body.producer_id, body.producer_epoch, commit
     )
+    if identity.producer_id != body.producer_id:  # the epochs ran out: a new id, the caller's
+        await access.bind_producer(request, identity.producer_id)
     return TransactionalProducer(
         transactional_id=transactional_id,
         producer_id=identity.producer_id,
