@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from api.core import node_tls
+from api.core import metrics, node_tls
 from api.core.cluster import Cluster, ClusterSettings
 from api.core.errors import (
     BrokerShuttingDown,
@@ -58,6 +58,7 @@ from storage_layout.catalog import TopicCatalog, TopicInfo, check_partition_coun
 from storage_layout.consumer_offsets import ConsumerOffsets
 from storage_layout.errors import OffsetOutOfRange, ProducerError, TopicExists, TopicNotFound
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.log.arrow_records import payload_bytes
 from storage_layout.nodes import NodeRegistry
 from storage_layout.partitioner import RoundRobin, choose_partition
 from storage_layout.producer_state import ProducerBatch
@@ -145,6 +146,7 @@ class Broker:
             fenced=not self.settings.unsafe_disable_fencing,
             fault_point=self.settings.fault_point,
         )
+        metrics.PARTITIONS_LED.set_function(self.leaders.led_count)
         self._http = httpx.AsyncClient(
             timeout=self.settings.forward_timeout_ms / 1000,
             verify=node_tls.client_verify(self.settings),
@@ -426,6 +428,7 @@ class Broker:
         await self.topic(name)
         await self.leaders.close_topic(name)
         self._followers.forget_topic(name)
+        metrics.forget_topic(name)
         await self._blocking(self._catalog.delete_topic, name)
         await self._refresh_topics()
 
@@ -792,7 +795,7 @@ class Broker:
         table (follower_reads); None when the leader must answer (the head, long-polls)."""
         if not self.settings.follower_fetch or request.offset < 0:
             return None
-        return await self._followers.read(
+        result = await self._followers.read(
             request.topic,
             request.partition,
             offset=request.offset,
@@ -800,6 +803,9 @@ class Broker:
             bytes_max=request.bytes_max,
             isolation=request.isolation,
         )
+        if result is not None:
+            _count_fetched(request.topic, result)
+        return result
 
     async def record_at(self, topic_name: str, partition: int, offset: int) -> FetchResult:
         """The committed record at `offset`, read wherever the partition is led (this node's
@@ -827,13 +833,21 @@ class Broker:
         return FetchResult(records, result.log_start_offset, result.high_watermark)
 
     async def _read(self, log: DeltaPartitionLog, request: FetchRequest) -> FetchResult:
-        return await self._blocking(
+        result = await self._blocking(
             log.read,
             from_offset=request.offset,
             records_max=self.settings.fetch_records_max,
             bytes_max=request.bytes_max,
             isolation=request.isolation,
         )
+        _count_fetched(request.topic, result)
+        return result
+
+
+def _count_fetched(topic: str, result: FetchResult) -> None:
+    records = result.records
+    if records.num_rows:
+        metrics.record_fetch(topic, records.num_rows, payload_bytes(records))
 
 
 def _advance_log_start(uri: str, offset: int) -> int:

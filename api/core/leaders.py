@@ -106,6 +106,10 @@ class Leaders:
             raise NotLeader(f"No live leader for {topic}/{partition} yet; retry shortly.")
         return Route(None, hinted, url)
 
+    def led_count(self) -> int:
+        """Partitions this node leads now (its writers not deposed)."""
+        return sum(1 for writer in list(self._writers.values()) if not writer.deposed)
+
     def writer_here(self, topic: str, partition: int) -> PartitionWriter | None:
         """This node's live writer of the partition, if it has one (no take-over)."""
         writer = self._writers.get((topic, partition))
@@ -192,6 +196,7 @@ class Leaders:
             limits=self._limits,
             can_write=self._cluster.can_lead if self._fenced else lambda: True,
             fault_point=self._fault_point,
+            topic=topic,
         )
         self._writers[key] = writer
         self._last_read[key] = self.node_id

@@ -25,6 +25,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
+from api.core import metrics
 from api.core.errors import BrokerShuttingDown, NotLeader
 from storage_layout.errors import AppendConflict, LeadershipConflict, ProducerFenced
 from storage_layout.log import DeltaPartitionLog
@@ -126,8 +127,10 @@ class PartitionWriter:
         limits: CommitLimits,
         fault_point: str | None = None,
         can_write: Callable[[], bool] = lambda: True,
+        topic: str = "",
     ) -> None:
         self.log = log
+        self.topic = topic  # the metrics' label
         self.deposed = False  # set when another node took the partition: the writer is done
         self._can_write = can_write
         self._config = config
@@ -371,6 +374,7 @@ class PartitionWriter:
         loop = asyncio.get_running_loop()
         try:
             self._check_can_write()
+            started = time.monotonic()
             result = await loop.run_in_executor(self._executor, self.log.commit_staged, staged)
         except Exception as error:  # every waiter learns the failure; nothing was acknowledged
             if isinstance(error, AppendConflict):
@@ -383,6 +387,7 @@ class PartitionWriter:
             return []  # not None: a group staged after this one must be planned again
         if self._fault_point == FAULT_AFTER_COMMIT_BEFORE_ACK:
             os._exit(FAULT_EXIT_CODE)
+        self._note_commit(batch, time.monotonic() - started)
         offset = result.base_offset
         for pending in batch:
             _resolve(pending, BatchAck(offset, len(pending.records), result.append_time_ms))
@@ -390,6 +395,10 @@ class PartitionWriter:
         self._wake_fetchers()
         self._maybe_start_housekeeping()
         return None
+
+    def _note_commit(self, committed: list[_Pending], seconds: float) -> None:
+        records = sum(len(p.records) for p in committed)
+        metrics.record_commit(self.topic, records, sum(p.size_bytes for p in committed), seconds)
 
     def _take_batch(self) -> list[_Pending]:
         batch, records, size = [], 0, 0
@@ -440,6 +449,7 @@ class PartitionWriter:
         if not plan.appends:
             return True
         try:
+            started = time.monotonic()
             result = await loop.run_in_executor(self._executor, self._append_blocking, plan, now_ms)
         except Exception as error:  # every waiter learns the failure; nothing was acknowledged
             if isinstance(error, AppendConflict):
@@ -452,6 +462,7 @@ class PartitionWriter:
             return True
         if self._fault_point == FAULT_AFTER_COMMIT_BEFORE_ACK:
             os._exit(FAULT_EXIT_CODE)
+        self._note_commit([pending for pending, _ in plan.appends], time.monotonic() - started)
         shift = result.base_offset - plan.base_offset  # 0 unless the log reloaded mid-append
         self._adopt(plan, shift)
         for pending, offset in plan.appends:

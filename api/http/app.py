@@ -14,9 +14,11 @@ from api.http.access import authorize
 from api.http.consumer_instances import ConsumerInstances
 from api.http.errors import install_error_handlers
 from api.http.limits import BodyLimitMiddleware
+from api.http.metrics_middleware import MetricsMiddleware
 from api.http.routes import (
     groups,
     internal,
+    metrics,
     records,
     v2_consumers,
     v2_produce,
@@ -99,6 +101,7 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, bytes_max=settings.request_bytes_max)
     # Added last, so outermost: unauthenticated requests are refused before a body is read.
     app.add_middleware(SecurityMiddleware, security=security)
+    app.add_middleware(MetricsMiddleware)  # outermost: times everything, refusals included
     routers = (
         v2_topics,
         v2_produce,
@@ -114,6 +117,7 @@ def create_app(
         v3_acls,
         v3_maintenance,
         internal,
+        metrics,
     )
     for module in routers:
         app.include_router(module.router)

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
+from api.core import metrics
 from api.core.errors import (
     BrokerError,
     BrokerShuttingDown,
@@ -183,6 +184,7 @@ def _retriable_as_503(error: Exception, status: tuple[int, int]) -> tuple[int, i
 
 
 def error_body(error_code: int, message: str) -> dict:
+    metrics.HTTP_ERRORS.labels(str(error_code)).inc()  # every error answer builds its body here
     return {"error_code": error_code, "message": message}
 
 

@@ -153,6 +153,7 @@ RULES: dict[tuple[str, str], Rule] = {
     # ACLs (Kafka: DescribeAcls = DESCRIBE cluster, Create/DeleteAcls = ALTER cluster)
     ("GET", V3 + "/acls"): cluster("DESCRIBE"),
     ("GET", V3 + "/maintenance"): cluster("DESCRIBE"),
+    ("GET", "/metrics"): cluster("DESCRIBE"),
     ("POST", V3 + "/acls"): cluster("ALTER"),
     ("DELETE", V3 + "/acls"): cluster("ALTER"),
     # transactions (lakelog extension; Kafka: InitProducerId/EndTxn = WRITE transactional id,

@@ -18,7 +18,9 @@ import contextlib
 import logging
 import ssl
 import struct
+import time
 
+from api.core import metrics
 from api.core.broker import Broker
 from api.kafka import messages
 from api.kafka.connection import Connection
@@ -202,7 +204,10 @@ class KafkaListener:
             connection.admit = admitted.set  # the handler admits the next request itself
         else:
             admitted.set()
+        started = time.monotonic()
         body = await api.handler(connection, request, version)
+        metrics.KAFKA_REQUESTS.labels(api.name).inc()
+        metrics.KAFKA_REQUEST_SECONDS.labels(api.name).observe(time.monotonic() - started)
         if body is None:
             return None  # acks=0
         return messages.response_frame(api_key, version, correlation_id, body)

@@ -164,6 +164,12 @@ def test_super_user_bypasses_acls_and_acl_changes_need_alter_cluster(env):
     assert [(a["resource_name"], a["pattern_type"]) for a in listed] == [("payments.", "PREFIXED")]
 
 
+def test_metrics_need_describe_on_the_cluster(env):
+    assert_error(env["alice"].get("/metrics"), 403, 40301)
+    answer = env["admin"].get("/metrics")
+    assert answer.status_code == 200 and "lakelog_partitions_led" in answer.text
+
+
 # ---- producer ids and consumer instances bound to principals --------------------------------
 
 

@@ -1,0 +1,116 @@
+"""The node's Prometheus metrics (served by `GET /metrics`, README "Metrics").
+
+One registry per process (a gateway process is one node). Label values are bounded: `topic`
+by the topics that exist, `route` by the HTTP route templates (never raw paths), `api` by the
+Kafka APIs served, `status` and `error_code` by the codes the gateway answers with.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# Request latencies: 0.5 ms to 30 s (long polls end at their timeout).
+_LATENCY_BUCKETS_S = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0
+)  # fmt: skip
+_COMMIT_BUCKETS_S = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 1.0)
+_RECORDS_BUCKETS = (1, 10, 100, 1_000, 10_000, 100_000)
+
+PRODUCED_RECORDS = Counter(
+    "lakelog_produced_records",
+    "Records committed to partitions this node leads (every front-end).",
+    ["topic"],
+    registry=REGISTRY,
+)
+PRODUCED_BYTES = Counter(
+    "lakelog_produced_bytes",
+    "Key and value bytes of the records committed.",
+    ["topic"],
+    registry=REGISTRY,
+)
+FETCHED_RECORDS = Counter(
+    "lakelog_fetched_records",
+    "Records returned by fetches served by this node (leader or follower reads).",
+    ["topic"],
+    registry=REGISTRY,
+)
+FETCHED_BYTES = Counter(
+    "lakelog_fetched_bytes",
+    "Key and value bytes of the records fetched.",
+    ["topic"],
+    registry=REGISTRY,
+)
+COMMIT_SECONDS = Histogram(
+    "lakelog_commit_seconds",
+    "Time of one group commit of a partition (data file and Delta commit).",
+    buckets=_COMMIT_BUCKETS_S,
+    registry=REGISTRY,
+)
+COMMIT_RECORDS = Histogram(
+    "lakelog_commit_records",
+    "Records per group commit.",
+    buckets=_RECORDS_BUCKETS,
+    registry=REGISTRY,
+)
+PARTITIONS_LED = Gauge(
+    "lakelog_partitions_led",
+    "Partitions this node leads now.",
+    registry=REGISTRY,
+)
+HTTP_REQUESTS = Counter(
+    "lakelog_http_requests",
+    "HTTP requests answered, by route template, method and status.",
+    ["route", "method", "status"],
+    registry=REGISTRY,
+)
+HTTP_REQUEST_SECONDS = Histogram(
+    "lakelog_http_request_seconds",
+    "HTTP request latency by route template and method.",
+    ["route", "method"],
+    buckets=_LATENCY_BUCKETS_S,
+    registry=REGISTRY,
+)
+HTTP_ERRORS = Counter(
+    "lakelog_http_errors",
+    "HTTP error answers by Confluent error code.",
+    ["error_code"],
+    registry=REGISTRY,
+)
+KAFKA_REQUESTS = Counter(
+    "lakelog_kafka_requests",
+    "Kafka protocol requests answered, by API.",
+    ["api"],
+    registry=REGISTRY,
+)
+KAFKA_REQUEST_SECONDS = Histogram(
+    "lakelog_kafka_request_seconds",
+    "Kafka protocol request latency by API.",
+    ["api"],
+    buckets=_LATENCY_BUCKETS_S,
+    registry=REGISTRY,
+)
+
+
+def record_commit(topic: str, records: int, size_bytes: int, seconds: float) -> None:
+    """One group commit of `records` records to a partition of `topic`."""
+    PRODUCED_RECORDS.labels(topic).inc(records)
+    PRODUCED_BYTES.labels(topic).inc(size_bytes)
+    COMMIT_SECONDS.observe(seconds)
+    COMMIT_RECORDS.observe(records)
+
+
+def record_fetch(topic: str, records: int, size_bytes: int) -> None:
+    if records:
+        FETCHED_RECORDS.labels(topic).inc(records)
+        FETCHED_BYTES.labels(topic).inc(size_bytes)
+
+
+def forget_topic(topic: str) -> None:
+    """A deleted topic's series go (label values stay bounded by the topics that exist)."""
+    for metric in (PRODUCED_RECORDS, PRODUCED_BYTES, FETCHED_RECORDS, FETCHED_BYTES):
+        try:
+            metric.remove(topic)
+        except KeyError:
+            pass
