@@ -147,6 +147,7 @@ class Broker:
             fault_point=self.settings.fault_point,
         )
         metrics.PARTITIONS_LED.set_function(self.leaders.led_count)
+        metrics.GROUP_LAG.source = self._group_lags
         self._http = httpx.AsyncClient(
             timeout=self.settings.forward_timeout_ms / 1000,
             verify=node_tls.client_verify(self.settings),
@@ -761,6 +762,22 @@ class Broker:
                 leader_id=route.leader_id,
             )
         return result
+
+    def _group_lags(self) -> list[tuple[str, str, int, int]]:
+        """The metrics' lag: the groups coordinated here, against the ends known here without
+        waiting (a partition led here: its last stable offset; else the follower view)."""
+        if self.groups is None:
+            return []
+        lags = []
+        for group_id, tp, offset in self.groups.committed_here():
+            writer = self.leaders.writer_here(tp.topic, tp.partition)
+            if writer is not None:
+                end = writer.log.last_stable_offset()
+            else:
+                end = self._followers.known_end(tp.topic, tp.partition)
+            if end is not None:
+                lags.append((group_id, tp.topic, tp.partition, max(0, end - offset)))
+        return lags
 
     def commit_events(self, partitions: Sequence[tuple[str, int]]) -> list[asyncio.Event]:
         """Events the next commit of each partition this node leads will set. Take them

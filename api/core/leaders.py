@@ -19,6 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+from api.core import metrics
 from api.core.cluster import Cluster, preferred_node
 from api.core.errors import NotLeader
 from api.core.writer import CommitLimits, PartitionWriter
@@ -201,6 +202,7 @@ class Leaders:
         self._writers[key] = writer
         self._last_read[key] = self.node_id
         log.info("node %s leads %s/%s", self.node_id, topic, partition)
+        metrics.LEADERSHIP_CHANGES.labels("taken").inc()
         return writer
 
     def _choose_leader(self, topic: str, partition: int, current: Leadership | None) -> int:
@@ -244,6 +246,7 @@ class Leaders:
             if writer.deposed:
                 self._writers.pop(key, None)
                 self._last_read.pop(key, None)
+                metrics.LEADERSHIP_CHANGES.labels("lost").inc()
                 continue
             preferred = self._cluster.preferred(*key)
             if preferred != self.node_id:
@@ -286,6 +289,7 @@ class Leaders:
             self._hints[key] = (to_node, time.monotonic())
             self._last_read[key] = to_node
             log.info("node %s handed %s/%s to node %s", self.node_id, *key, to_node)
+            metrics.LEADERSHIP_CHANGES.labels("handed").inc()
 
     # ---- closing ---------------------------------------------------------------------------
 

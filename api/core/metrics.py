@@ -7,7 +7,11 @@ Kafka APIs served, `status` and `error_code` by the codes the gateway answers wi
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -91,6 +95,65 @@ KAFKA_REQUEST_SECONDS = Histogram(
     buckets=_LATENCY_BUCKETS_S,
     registry=REGISTRY,
 )
+
+
+LEADERSHIP_CHANGES = Counter(
+    "lakelog_leadership_changes",
+    "Partitions this node took the lead of (taken), handed over (handed) or was deposed from "
+    "by another node (lost).",
+    ["change"],
+    registry=REGISTRY,
+)
+GROUP_REBALANCES = Counter(
+    "lakelog_group_rebalances",
+    "Rebalances completed by the groups this node coordinates (a new generation each).",
+    registry=REGISTRY,
+)
+JOB_RUNS = Counter(
+    "lakelog_job_runs",
+    "Scheduled maintenance runs on partitions, by job and outcome (committed, nothing, failed).",
+    ["job", "outcome"],
+    registry=REGISTRY,
+)
+JOB_RECORDS_REMOVED = Counter(
+    "lakelog_job_records_removed",
+    "Records removed by retention and key compaction, by job.",
+    ["job"],
+    registry=REGISTRY,
+)
+JOB_BYTES_REMOVED = Counter(
+    "lakelog_job_bytes_removed",
+    "Parquet bytes removed by maintenance, by job.",
+    ["job"],
+    registry=REGISTRY,
+)
+
+
+# (group, topic, partition, lag) of the committed offsets this node can compare cheaply
+LagSource = Callable[[], Iterable[tuple[str, str, int, int]]]
+
+
+class _GroupLag(Collector):
+    """`lakelog_consumer_group_lag`, computed at each scrape from the node's own state."""
+
+    def __init__(self) -> None:
+        self.source: LagSource = lambda: ()
+
+    def collect(self):
+        family = GaugeMetricFamily(
+            "lakelog_consumer_group_lag",
+            "Offsets between a group's committed offset and the partition's last stable "
+            "offset, for the groups this node coordinates and the partitions whose end it "
+            "knows without I/O (those it leads, those it has read as a follower).",
+            labels=["group", "topic", "partition"],
+        )
+        for group, topic, partition, lag in self.source():
+            family.add_metric([group, topic, str(partition)], lag)
+        yield family
+
+
+GROUP_LAG = _GroupLag()
+REGISTRY.register(GROUP_LAG)
 
 
 def record_commit(topic: str, records: int, size_bytes: int, seconds: float) -> None:

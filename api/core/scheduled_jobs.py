@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from api.core import metrics
 from conf.settings import Settings
 from jobs.execute import Outcome, Unit
 from jobs.runner import JOBS, execute_unit, summarize
@@ -123,6 +124,10 @@ class ScheduledJobs:
             )
 
     def _report(self, job: str, outcome: Outcome, progress: str) -> None:
+        result = "failed" if outcome.error else "committed" if outcome.committed else "nothing"
+        metrics.JOB_RUNS.labels(job, result).inc()
+        metrics.JOB_RECORDS_REMOVED.labels(job).inc(outcome.records_removed)
+        metrics.JOB_BYTES_REMOVED.labels(job).inc(outcome.bytes_removed)
         self.recent.append(
             PartitionRun(
                 job=job,

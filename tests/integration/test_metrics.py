@@ -58,3 +58,28 @@ def test_metrics_count_what_this_node_did(kafka_gateway, topic_name):
     assert not any(topic_name in dict(labels).get("route", "") for _, labels in after)
     assert value(after, "lakelog_kafka_requests_total", api="Produce") >= 1
     assert value(after, "lakelog_http_errors_total", error_code="40401") >= 1
+    assert value(after, "lakelog_leadership_changes_total", change="taken") >= 2
+
+
+def test_group_lag_and_rebalances(kafka_gateway, topic_name):
+    client = httpx.Client(base_url=kafka_gateway.url, timeout=30)
+    create_topic(client, topic_name)
+    assert (
+        produce(client, topic_name, [{"value": b64(f"v{n}")} for n in range(5)]).status_code == 200
+    )
+    group = f"{topic_name}-g"
+    commit = {"offsets": [{"topic": topic_name, "partition": 0, "offset": 2}]}
+    assert client.post(f"/groups/{group}/offsets", json=commit).status_code == 204
+    before = value(samples(client), "lakelog_group_rebalances_total")
+    v2 = {"Content-Type": "application/vnd.kafka.v2+json"}
+    created = client.post(f"/consumers/{group}", json={"name": "c1"}, headers=v2)
+    assert created.status_code == 200, created.text
+    subscription = {"topics": [topic_name]}
+    path = f"/consumers/{group}/instances/c1"
+    assert client.post(f"{path}/subscription", json=subscription).status_code == 204
+    client.get(f"{path}/records", params={"timeout": 500})  # joins: a rebalance completes
+    after = samples(client)
+    lag = value(after, "lakelog_consumer_group_lag", group=group, topic=topic_name, partition="0")
+    assert lag == 3  # committed 2 of 5
+    assert value(after, "lakelog_group_rebalances_total") > before
+    client.delete(path)

@@ -25,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from api.core import metrics
 from api.core.cluster import preferred_node
 from api.core.groups.consumer_protocol import decode_assignment
 from api.core.groups.errors import (
@@ -172,6 +173,15 @@ class GroupCoordinator:
         if url is None:
             raise NotCoordinator(f"Node {node} coordinates group '{group_id}' but has no URL yet.")
         return url
+
+    def committed_here(self) -> list[tuple[str, TopicPartition, int]]:
+        """(group, partition, committed offset) of every group this node coordinates, from
+        memory (no I/O: the metrics' lag)."""
+        return [
+            (group_id, tp, committed.offset)
+            for group_id, slot in list(self._slots.items())
+            for tp, committed in list(slot.offsets.items())
+        ]
 
     def local_groups(self) -> dict[str, Group]:
         return {group_id: slot.group for group_id, slot in self._slots.items()}
@@ -489,6 +499,7 @@ class GroupCoordinator:
         if not slot.group.ready_to_complete():
             return
         slot.group.complete_rebalance(partitions, frozenset(partitions))
+        metrics.GROUP_REBALANCES.inc()
         log.info(
             "group %s generation %s: %s members, %s",
             group_id,
