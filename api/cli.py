@@ -93,6 +93,12 @@ def _add_serve(commands) -> None:
     )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=None,
+        help="lakelog's log lines as text or one JSON object each (LAKELOG_LOG_FORMAT)",
+    )
+    serve.add_argument(
         "--access-log", action="store_true", help="log every request (off: it costs throughput)"
     )
     serve.add_argument(
@@ -211,19 +217,6 @@ def _add_groups(commands) -> None:
 # ---- serve ---------------------------------------------------------------------------------
 
 
-def _log_to_stderr(level: str) -> None:
-    """lakelog's own loggers (leadership, maintenance runs, writer warnings) on stderr, beside
-    uvicorn's, at the serve command's log level."""
-    import logging
-
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logger = logging.getLogger("lakelog")
-    logger.addHandler(handler)
-    logger.setLevel(level.upper())
-    logger.propagate = False
-
-
 def _serve(args) -> int:
     import uvicorn
     from pydantic import ValidationError
@@ -259,7 +252,9 @@ def _serve(args) -> int:
     print(
         f"lakelog {VERSION}: serving {settings.data_dir} on {settings.url}{kafka}", file=sys.stderr
     )
-    _log_to_stderr(args.log_level)
+    from api import log_format
+
+    log_format.configure(args.log_level, args.log_format or settings.log_format, settings.node_id)
     uvicorn.run(
         node_app(settings),
         host=settings.host,

@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     # Kafka's auto.create.topics.enable (off here: a typo must not create a topic) and
     # num.partitions, the partition count of a topic created that way.
     kafka_auto_create_topics: bool = False
+    # lakelog's own log lines: "text", or "json" (one object per line; api/log_format.py).
+    log_format: Literal["text", "json"] = "text"
     kafka_auto_create_partitions: int = Field(default=1, ge=1)
 
     # Request limits, checked before a body is buffered (bytes) and while it is parsed.

@@ -37,6 +37,7 @@ from api.core.records import (
     RecordAck,
     RecordQueued,
 )
+from api.core.request_context import REQUEST_ID_HEADER, current_request_id
 from api.core.scheduled_jobs import ScheduledJobs
 from api.core.transaction_requests import TransactionRequests
 from api.core.transactions import TransactionCoordinator
@@ -151,6 +152,7 @@ class Broker:
         self._http = httpx.AsyncClient(
             timeout=self.settings.forward_timeout_ms / 1000,
             verify=node_tls.client_verify(self.settings),
+            event_hooks={"request": [_carry_request_id]},
         )
         await self._start_groups()
         await self._start_transactions()
@@ -859,6 +861,13 @@ class Broker:
         )
         _count_fetched(request.topic, result)
         return result
+
+
+async def _carry_request_id(request: httpx.Request) -> None:
+    """A request this node sends on a client's behalf carries that request's id."""
+    request_id = current_request_id()
+    if request_id is not None and REQUEST_ID_HEADER not in request.headers:
+        request.headers[REQUEST_ID_HEADER] = request_id
 
 
 def _count_fetched(topic: str, result: FetchResult) -> None:

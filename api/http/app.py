@@ -15,6 +15,7 @@ from api.http.consumer_instances import ConsumerInstances
 from api.http.errors import install_error_handlers
 from api.http.limits import BodyLimitMiddleware
 from api.http.metrics_middleware import MetricsMiddleware
+from api.http.request_ids import RequestIdMiddleware
 from api.http.routes import (
     groups,
     internal,
@@ -101,7 +102,8 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, bytes_max=settings.request_bytes_max)
     # Added last, so outermost: unauthenticated requests are refused before a body is read.
     app.add_middleware(SecurityMiddleware, security=security)
-    app.add_middleware(MetricsMiddleware)  # outermost: times everything, refusals included
+    app.add_middleware(MetricsMiddleware)  # times everything, refusals included
+    app.add_middleware(RequestIdMiddleware)  # outermost: every answer and log line has the id
     routers = (
         v2_topics,
         v2_produce,

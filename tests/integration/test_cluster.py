@@ -8,6 +8,7 @@ the fence disabled shows the check does catch the duplicates a stale leader woul
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import threading
@@ -337,3 +338,32 @@ def test_http_transactions_work_through_any_node(nodes_factory):
             values = [record["value"] for record in response.json()]
             suffix = "a" if partition == 0 else "b"
             assert values == [b64(f"etl-{n}-{suffix}".encode()) for n in (1, 2)]
+
+
+def test_a_request_id_follows_a_forwarded_request_into_the_leaders_json_logs(nodes_factory):
+    """Each produce goes to node 0 with its own x-request-id; the partitions node 1 should
+    lead are forwarded there, and node 1's log line for taking each one (JSON) names the id
+    of the request that made it take it."""
+    nodes = nodes_factory(2, LAKELOG_LOG_FORMAT="json")
+    create(nodes[0].url, "traced", 8)
+    for partition in range(8):
+        response = httpx.post(
+            f"{nodes[0].url}/topics/traced",
+            json={"records": [{"value": b64(b"v"), "partition": partition}]},
+            headers={"Content-Type": BINARY_V2, "x-request-id": f"trace-{partition}"},
+            timeout=10,
+        )
+        assert response.status_code == 200, response.text
+        assert response.headers["x-request-id"] == f"trace-{partition}"
+    taken = {}
+    for node_id, node in enumerate(nodes):
+        for line in node.log_text().splitlines():
+            if not line.startswith("{"):
+                continue  # uvicorn's own lines
+            event = json.loads(line)
+            assert set(event) >= {"ts", "level", "logger", "message", "request_id", "node_id"}
+            if event["message"].startswith(f"node {node_id} leads traced/"):
+                partition = int(event["message"].rsplit("/", 1)[1])
+                taken[partition] = (node_id, event["request_id"])
+    assert {node for node, _ in taken.values()} == {0, 1}, taken  # some were forwarded
+    assert all(request_id == f"trace-{p}" for p, (_, request_id) in taken.items()), taken
