@@ -14,8 +14,7 @@ from api.http.access import authorize
 from api.http.consumer_instances import ConsumerInstances
 from api.http.errors import install_error_handlers
 from api.http.limits import BodyLimitMiddleware
-from api.http.metrics_middleware import MetricsMiddleware
-from api.http.request_ids import RequestIdMiddleware
+from api.http.request_middleware import RequestMiddleware
 from api.http.routes import (
     groups,
     internal,
@@ -102,8 +101,8 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, bytes_max=settings.request_bytes_max)
     # Added last, so outermost: unauthenticated requests are refused before a body is read.
     app.add_middleware(SecurityMiddleware, security=security)
-    app.add_middleware(MetricsMiddleware)  # times everything, refusals included
-    app.add_middleware(RequestIdMiddleware)  # outermost: every answer and log line has the id
+    # Outermost: every answer and log line has the request's id, refusals are counted too.
+    app.add_middleware(RequestMiddleware)
     routers = (
         v2_topics,
         v2_produce,
