@@ -99,10 +99,10 @@ class TransactionRequests:
             partitions = [TopicPartition(topic, p) for topic, p in body["partitions"]]
             await coordinator.add_partitions(*producer, partitions)
         elif operation == "add_group":
-            await coordinator.add_offsets(*producer, body["group_id"])
+            await coordinator.add_group(*producer, body["group_id"])
         elif operation == "add_offsets":
             offsets = [PendingOffset(**offset) for offset in body["offsets"]]
-            await coordinator.add_offset_commits(*producer, offsets)
+            await coordinator.add_offsets(*producer, offsets)
         elif operation == "end":
             identity = await coordinator.end(*producer, body["commit"], bump_epoch=True)
             return {"producer_id": identity.producer_id, "producer_epoch": identity.producer_epoch}

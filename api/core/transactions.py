@@ -154,7 +154,7 @@ class TransactionCoordinator:
             if added or current.status is not TxnStatus.ONGOING:
                 await self._save(dataclasses.replace(state, partitions=state.partitions + added))
 
-    async def add_offsets(
+    async def add_group(
         self, transactional_id: str, producer_id: int, epoch: int, group_id: str
     ) -> None:
         """Record that the transaction commits offsets of `group_id`."""
@@ -168,7 +168,7 @@ class TransactionCoordinator:
                 groups = tuple(dict.fromkeys((*state.groups, group_id)))
                 await self._save(dataclasses.replace(state, groups=groups))
 
-    async def add_offset_commits(
+    async def add_offsets(
         self,
         transactional_id: str,
         producer_id: int,

@@ -53,7 +53,7 @@ async def add_offsets_to_txn(connection: Connection, request, version: int) -> d
     try:
         connection.check("WRITE", "transactional_id", request.transactional_id)
         connection.check("READ", "group", request.group_id)
-        await connection.broker.transactions.add_offsets(
+        await connection.broker.transactions.add_group(
             request.transactional_id,
             request.producer_id,
             request.producer_epoch,
