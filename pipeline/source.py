@@ -209,16 +209,11 @@ def isolation_of(options: Mapping[str, str]) -> Isolation:
     read_committed (PLAIN or COMMITTED_DATA); markers are left out either way."""
     level = _opt(options, ISOLATION_OPTION) or "read_uncommitted"
     try:
-        return Isolation.for_data_readers(level.strip().lower())
+        return Isolation.for_data_readers(level)
     except ValueError:
         raise ValueError(
             f"{ISOLATION_OPTION} must be read_uncommitted or read_committed, not {level!r}."
         ) from None
-
-
-def committed_end(log: DeltaPartitionLog, snapshot: LogSnapshot) -> int:
-    """Where read_committed readers of `snapshot` end: its last stable offset."""
-    return log.last_stable_offset(snapshot)
 
 
 def _root(options: Mapping[str, str]) -> str:
@@ -331,7 +326,7 @@ def _partition_splits(
     transactions = None
     if committed:
         transactions = log.transaction_index(snapshot)
-        stable = committed_end(log, snapshot)
+        stable = log.last_stable_offset(snapshot)
         if end == LATEST or end > stable:  # past it: records of a transaction still open
             # ...but never before the start: a start past the last stable offset reads
             # nothing yet (not an error, as Spark's Kafka source waits there).

@@ -72,7 +72,6 @@ from pipeline.source import (
     _lowercase,
     _opt,
     _root,
-    committed_end,
     isolation_of,
     plan_splits,
     read_split,
@@ -472,7 +471,7 @@ class LakelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _end(self, tp: TopicPartition, snapshot: LogSnapshot) -> int:
         if self._options.committed:
-            return committed_end(self._logs[tp], snapshot)
+            return self._logs[tp].last_stable_offset(snapshot)
         return snapshot.high_watermark
 
     def _should_wait(

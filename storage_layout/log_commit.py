@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -113,6 +113,15 @@ TRANSACTION_FIELDS = (
     {"name": "transactional", "type": "boolean", "nullable": True, "metadata": {}},
     {"name": "control", "type": "byte", "nullable": True, "metadata": {}},
 )
+
+
+def has_transaction_fields(metadata: Mapping[str, Any]) -> bool:
+    """Whether the schema of `metadata` (a metaData action's body) has TRANSACTION_FIELDS."""
+    schema_string = metadata.get("schemaString") if metadata else None
+    if not schema_string:
+        return False
+    names = {field["name"] for field in json.loads(schema_string)["fields"]}
+    return all(field["name"] in names for field in TRANSACTION_FIELDS)
 
 
 def with_transaction_fields(metadata: dict[str, Any]) -> dict[str, Any] | None:

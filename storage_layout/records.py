@@ -132,11 +132,13 @@ class Isolation(enum.Enum):
 
     @classmethod
     def for_data_readers(cls, isolation_level: str) -> Isolation:
-        """PLAIN or COMMITTED_DATA for Kafka's `isolation.level` setting.
+        """PLAIN or COMMITTED_DATA for Kafka's `isolation.level` setting (any case, spaces
+        around it ignored, as every front-end takes it).
 
         Raises:
             ValueError: the value is neither read_uncommitted nor read_committed.
         """
+        isolation_level = isolation_level.strip().lower()
         if isolation_level == cls.UNCOMMITTED.value:
             return cls.PLAIN
         if isolation_level == cls.COMMITTED.value:

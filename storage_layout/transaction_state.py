@@ -195,16 +195,15 @@ class TransactionStateStore:
 
     def transactional_ids(self) -> list[str]:
         """Every transactional id with a stored state."""
-        ids, hashed = set(), set()
-        for stored in self._list_after(""):
+        ids, newest_hashed = set(), {}
+        for stored in self._list_after(""):  # one listing, sorted: the newest state is last
             name = stored.name
             if name.startswith(HASHED_NAME):
-                hashed.add(name.partition(".")[0])
+                newest_hashed[name.partition(".")[0]] = name
             elif (transactional_id := _transactional_id(name)) is not None:
                 ids.add(transactional_id)
-        for key in hashed:  # long ids: named by a hash, the id is in the state itself
-            names = [o.name for o in self._list_after(key + ".") if o.name.startswith(key + ".")]
-            data = self._store.get(max(names)) if names else None
+        for name in newest_hashed.values():  # long ids: named by a hash, the id is inside
+            data = self._store.get(name)
             if data is not None:
                 ids.add(TxnState.from_json(data).transactional_id)
         return sorted(ids)

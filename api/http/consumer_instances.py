@@ -91,7 +91,7 @@ class InstanceConfig:
             raise InvalidConsumerConfig(f"auto.offset.reset must be one of {OFFSET_RESETS}.")
         try:
             isolation = Isolation.for_data_readers(
-                str(body.get("isolation.level") or "read_uncommitted").lower()
+                str(body.get("isolation.level") or "read_uncommitted")
             )
         except ValueError as error:
             raise InvalidConsumerConfig(str(error)) from None

@@ -131,7 +131,9 @@ class DeltaPartitionLog:
         self._reloads = 0  # how many times the snapshot was rebuilt from the table
         # Open and aborted transactions, extended to each new snapshot when a reader asks.
         self._transactions = TransactionIndex()
-        self._has_transaction_columns = False  # known once the schema was seen with them
+        # From the schema loaded (tables made since FORMAT.md §14 have them): appends of
+        # idempotent producers then never look at their producer tuples for it.
+        self._has_transaction_columns = log_commit.has_transaction_fields(state.metadata)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -354,7 +356,7 @@ class DeltaPartitionLog:
         """
         if transaction is not None and transaction.app_id in RESERVED_APP_IDS:
             raise ValueError(f"txn app id {transaction.app_id!r} is reserved by the log")
-        if producers is not None and any(p is not None and len(p) > 3 and p[3] for p in producers):
+        if not self._has_transaction_columns and _any_transactional(producers):
             self.ensure_transaction_columns()
         staged = self.stage_append(records, config=config, now_ms=now_ms, producers=producers)
         return self.commit_staged(staged, transaction=transaction)
@@ -879,6 +881,10 @@ class DeltaPartitionLog:
         return all(f.path not in live for f in removes) and all(
             item.data_file.path in live for item in written
         )
+
+
+def _any_transactional(producers: ProducerColumns | None) -> bool:
+    return producers is not None and any(p is not None and len(p) > 3 and p[3] for p in producers)
 
 
 def _now_ms() -> int:

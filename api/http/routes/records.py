@@ -75,6 +75,6 @@ async def fetch_records(
 def isolation_from(isolation_level: str) -> Isolation:
     """The data read for Kafka's `isolation.level` value (422 with what to send otherwise)."""
     try:
-        return Isolation.for_data_readers(isolation_level.strip().lower())
+        return Isolation.for_data_readers(isolation_level)
     except ValueError as error:
         raise ApiError(422, INVALID_ISOLATION_LEVEL, str(error)) from None
