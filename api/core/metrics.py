@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from storage_layout.store import stats as store_stats
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -154,6 +156,26 @@ class _GroupLag(Collector):
 
 GROUP_LAG = _GroupLag()
 REGISTRY.register(GROUP_LAG)
+
+
+class _StoreRequests(Collector):
+    """`lakelog_store_requests`, from the storage layer's own counts (it knows no Prometheus).
+    Labels: `store` (s3, azure, gcs), `operation` (put_if_absent, put, get, head, list,
+    delete), `outcome` (ok, error)."""
+
+    def collect(self):
+        family = CounterMetricFamily(
+            "lakelog_store_requests",
+            "Object-store requests made by this process (a local disk makes none), by store, "
+            "operation and outcome (error: failed after the client's retries).",
+            labels=["store", "operation", "outcome"],
+        )
+        for (store, operation, outcome), count in sorted(store_stats.request_counts().items()):
+            family.add_metric([store, operation, outcome], count)
+        yield family
+
+
+REGISTRY.register(_StoreRequests())
 
 
 def record_commit(topic: str, records: int, size_bytes: int, seconds: float) -> None:

@@ -25,6 +25,7 @@ from storage_layout.store.base import (
     StoreNotFound,
     holds,
 )
+from storage_layout.store.stats import counted
 
 # Requests are retried inside the client (5xx, throttling such as S3's 503 SlowDown, dropped
 # connections) with exponential backoff, but only for this long: a produce waits on it, and
@@ -71,6 +72,7 @@ class ObjectStore(Store):
             return path
         return f"{self._prefix}/{path}" if path else self._prefix
 
+    @counted("put_if_absent")
     def put_if_absent(self, path: str, data: bytes) -> bool:
         try:
             obstore.put(self._client, self._key(path), data, mode="create", use_multipart=False)
@@ -94,12 +96,14 @@ class ObjectStore(Store):
             raise failure
         return found == data
 
+    @counted("put")
     def put(self, path: str, data: bytes) -> None:
         try:
             obstore.put(self._client, self._key(path), data, use_multipart=False)
         except Exception as error:  # noqa: BLE001
             raise _translate(error, self.uri, path) from error
 
+    @counted("get")
     def get(self, path: str) -> bytes | None:
         try:
             return obstore.get(self._client, self._key(path)).bytes().to_bytes()
@@ -110,6 +114,7 @@ class ObjectStore(Store):
         except Exception as error:  # noqa: BLE001
             raise _translate(error, self.uri, path) from error
 
+    @counted("head")
     def exists(self, path: str) -> bool:
         try:
             obstore.head(self._client, self._key(path))
@@ -119,6 +124,7 @@ class ObjectStore(Store):
             raise _translate(error, self.uri, path) from error
         return True
 
+    @counted("list")
     def list(self, directory: str = "") -> list[StoredObject]:
         key = self._key(directory)
         try:
@@ -137,6 +143,7 @@ class ObjectStore(Store):
         ]
         return sorted(found, key=lambda item: item.name)
 
+    @counted("list")
     def list_after(self, start_after: str, directory: str = "") -> list[StoredObject]:
         prefix = self._key(directory) + "/" if self._key(directory) else ""
         return [
@@ -145,6 +152,7 @@ class ObjectStore(Store):
             if item.name > start_after
         ]
 
+    @counted("list")
     def list_below(self, bound: str, directory: str = "") -> list[StoredObject]:
         found = []
         for item in self._stream(directory):
@@ -170,6 +178,7 @@ class ObjectStore(Store):
         except Exception as error:  # noqa: BLE001
             raise _translate(error, self.uri, directory) from error
 
+    @counted("delete")
     def delete(self, path: str) -> None:
         try:
             obstore.delete(self._client, self._key(path))
@@ -178,6 +187,7 @@ class ObjectStore(Store):
         except Exception as error:  # noqa: BLE001
             raise _translate(error, self.uri, path) from error
 
+    @counted("delete")
     def delete_many(self, paths: list[str]) -> None:
         keys = [self._key(path) for path in paths]
         try:
@@ -188,6 +198,7 @@ class ObjectStore(Store):
         except Exception as error:  # noqa: BLE001
             raise _translate(error, self.uri, paths[0]) from error
 
+    @counted("delete")
     def delete_tree(self, directory: str = "") -> None:
         key = self._key(directory)
         try:

@@ -28,6 +28,7 @@ from tests.integration.test_cluster import (
     wait_for,
 )
 from tests.integration.test_consumers_v2 import new_consumer, subscribe
+from tests.integration.test_metrics import samples, value
 
 pytestmark = pytest.mark.gateway
 # Nodes heartbeat through the bucket: a moto server on the same 2 cores answers in 5-80 ms,
@@ -92,6 +93,7 @@ def test_one_node_on_s3_serves_topics_records_and_groups_across_a_restart(s3_nod
         values = [f"p{partition}-{i}".encode() for i in range(5)]
         assert produce(node.url, "orders", values, partition).status_code == 200
     assert [r["offset"] for r in fetch(node.url, "orders", 0, 0)] == list(range(5))
+    check_store_request_metrics(node.url)
     with httpx.Client(base_url=node.url, timeout=30) as client:
         consumer = new_consumer(client, "g-orders", **{"auto.commit.enable": "false"})
         subscribe(client, consumer, ["orders"])
@@ -110,6 +112,17 @@ def test_one_node_on_s3_serves_topics_records_and_groups_across_a_restart(s3_nod
         tp = {"topic": "orders", "partition": 0}
         got = client.request("GET", f"{consumer}/offsets", json={"partitions": [tp]}).json()
         assert got["offsets"][0]["offset"] == 3
+
+
+def check_store_request_metrics(url: str) -> None:
+    """Every commit is a conditional create in the bucket: /metrics counts them."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        found = samples(client)
+    creates = value(
+        found, "lakelog_store_requests_total", store="s3", operation="put_if_absent", outcome="ok"
+    )
+    assert creates >= 2  # at least the two produce commits
+    assert value(found, "lakelog_store_requests_total", store="s3", operation="list", outcome="ok")
 
 
 def test_three_nodes_on_one_bucket_spread_leadership_and_agree(s3_nodes):
