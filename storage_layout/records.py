@@ -162,6 +162,8 @@ class FetchResult:
     log_start_offset: int
     high_watermark: int
     last_stable_offset: int | None = None
+    # Where asked for: the Parquet bytes of the partition's live data files.
+    size_bytes: int | None = None
     aborted: tuple = ()
     next_offset: int | None = None
 
@@ -175,6 +177,8 @@ class PartitionBounds:
     log_start_offset: int
     high_watermark: int
     last_stable_offset: int | None = None
+    # Where asked for: the Parquet bytes of the partition's live data files.
+    size_bytes: int | None = None
 
     def end_offset(self, isolation: Isolation) -> int:
         """Where a reader of `isolation` ends: the last stable offset for committed reads."""

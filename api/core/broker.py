@@ -148,7 +148,7 @@ class Broker:
             fault_point=self.settings.fault_point,
         )
         metrics.PARTITIONS_LED.set_function(self.leaders.led_count)
-        metrics.GROUP_LAG.source = self._group_lags
+        metrics.GROUP_LAG.source = self.group_lags_known_here
         self._http = httpx.AsyncClient(
             timeout=self.settings.forward_timeout_ms / 1000,
             verify=node_tls.client_verify(self.settings),
@@ -765,8 +765,8 @@ class Broker:
             )
         return result
 
-    def _group_lags(self) -> list[tuple[str, str, int, int]]:
-        """The metrics' lag: the groups coordinated here, against the ends known here without
+    def group_lags_known_here(self) -> list[tuple[str, str, int, int]]:
+        """The lag of the groups coordinated here, against the ends known here without
         waiting (a partition led here: its last stable offset; else the follower view)."""
         if self.groups is None:
             return []

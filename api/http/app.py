@@ -10,9 +10,11 @@ from typing import Protocol
 from fastapi import Depends, FastAPI
 
 from api.core.broker import Broker
+from api.core.metrics import GROUP_LAG
 from api.http.access import authorize
 from api.http.consumer_instances import ConsumerInstances
 from api.http.errors import install_error_handlers
+from api.http.lag_history import LagHistory
 from api.http.limits import BodyLimitMiddleware
 from api.http.request_middleware import RequestMiddleware
 from api.http.routes import (
@@ -75,13 +77,24 @@ def create_app(
             request_timeout_max_ms=settings.fetch_timeout_ms_max,
         )
         app.state.consumers = consumers
-        expiry = asyncio.get_running_loop().create_task(
-            consumers.expire_idle_forever(settings.heartbeat_ms / 1000)
+        lag_history = LagHistory(
+            broker,
+            interval_ms=settings.lag_sample_interval_ms,
+            samples_max=settings.lag_history_samples,
+            known_here=broker.group_lags_known_here,
         )
+        app.state.lag_history = lag_history
+        GROUP_LAG.source = lag_history.current_lags
+        loop = asyncio.get_running_loop()
+        background = [
+            loop.create_task(consumers.expire_idle_forever(settings.heartbeat_ms / 1000)),
+            loop.create_task(lag_history.sample_forever()),
+        ]
         try:
             yield
         finally:
-            expiry.cancel()
+            for task in background:
+                task.cancel()
             for service in reversed(services):
                 await service.close()
             await broker.close()

@@ -78,7 +78,10 @@ async def bounds(broker: Broker, topic: str, partition: int) -> PartitionBounds:
         return await broker.partition_bounds(topic, partition, stable=True)
     body = _ok(await _get(broker, f"{url}/topics/{topic}/partitions/{partition}/offsets"), url)
     return PartitionBounds(
-        body["beginning_offset"], body["end_offset"], body.get("last_stable_offset")
+        body["beginning_offset"],
+        body["end_offset"],
+        body.get("last_stable_offset"),
+        body.get("size_bytes"),
     )
 
 

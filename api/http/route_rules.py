@@ -150,6 +150,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", V3_GROUP + "/lags"): group("DESCRIBE"),
     ("GET", V3_GROUP + "/lags/{topic}/partitions/{partition}"): group("DESCRIBE"),
     ("GET", V3_GROUP + "/lag-summary"): group("DESCRIBE"),
+    ("GET", V3_GROUP + "/lag-history"): group("DESCRIBE"),
     # ACLs (Kafka: DescribeAcls = DESCRIBE cluster, Create/DeleteAcls = ALTER cluster)
     ("GET", V3 + "/acls"): cluster("DESCRIBE"),
     ("GET", V3 + "/maintenance"): cluster("DESCRIBE"),

@@ -262,10 +262,14 @@ class DeltaPartitionLog:
         return PartitionBounds(snapshot.log_start_offset, snapshot.high_watermark)
 
     def stable_bounds(self) -> PartitionBounds:
-        """bounds() with the last stable offset (may read files newer than the index)."""
+        """bounds() with the last stable offset (may read files newer than the index) and
+        the size of the live data files."""
         snapshot = self._snapshot
         stable = self.last_stable_offset(snapshot)
-        return PartitionBounds(snapshot.log_start_offset, snapshot.high_watermark, stable)
+        size_bytes = sum(f.size_bytes for f in snapshot.files)
+        return PartitionBounds(
+            snapshot.log_start_offset, snapshot.high_watermark, stable, size_bytes
+        )
 
     def last_stable_offset(self, snapshot: LogSnapshot | None = None) -> int:
         """Where read_committed readers of `snapshot` (default: the loaded one) end."""

@@ -169,11 +169,14 @@ def test_any_node_accepts_writes_and_leadership_spreads(nodes_factory):
             timeout=10,
         ).json()
         assert [r["offset"] for r in fetched] == list(range(9))
+        sizes = set()
         for node in nodes:  # the leader answers; the others proxy to it
             offsets = httpx.get(
                 f"{node.url}/topics/spread/partitions/{partition}/offsets", timeout=10
             ).json()
+            sizes.add(offsets.pop("size_bytes"))
             assert offsets == {"beginning_offset": 0, "end_offset": 9, "last_stable_offset": 9}
+        assert len(sizes) == 1 and sizes.pop() > 0  # the leader's answer, forwarded
 
 
 @pytest.mark.parametrize("node_count", [2, 3])

@@ -60,7 +60,7 @@ async def get_partition(topic: str, partition: int, broker: BrokerDep) -> dict:
 
 @router.get(
     "/topics/{topic}/partitions/{partition}/offsets",
-    summary="log_start_offset (beginning), high watermark (end) and last stable offset",
+    summary="log_start_offset (beginning), high watermark (end), last stable offset, size",
     response_model=None,
 )
 async def get_partition_offsets(
@@ -88,6 +88,8 @@ async def get_partition_offsets(
         # lakelog extension: where read_committed readers end (below end_offset while a
         # transaction is open)
         "last_stable_offset": bounds.last_stable_offset,
+        # lakelog extension: the Parquet bytes of the partition's live data files
+        "size_bytes": bounds.size_bytes,
     }
     if timestamp is not None:
         body["timestamp_offset"] = await broker.offset_for_timestamp(topic, partition, timestamp)

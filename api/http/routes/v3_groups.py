@@ -33,19 +33,19 @@ from fastapi import APIRouter, Request
 from api.core.broker import Broker
 from api.core.groups.coordinator import GroupDescription
 from api.core.groups.group import GroupState, MemberView
-from api.http import access, remote_reads
+from api.http import access
 from api.http.deps import BrokerDep, base_url
 from api.http.errors import ApiError
 from api.http.forwarding import served_by_coordinator
+from api.http.group_lag import PartitionLag, group_lags
+from api.http.lag_history import LagHistory, LagSample
 from api.http.routes.internal import INTERNAL_GROUPS_PATH, group_summary, local_group_summaries
 from api.http.routes.v3_topics import check_cluster, list_body
-from storage_layout.errors import PartitionNotFound, TopicNotFound
-from storage_layout.records import Isolation, TopicPartition
+from storage_layout.records import TopicPartition
 
 router = APIRouter(prefix="/v3/clusters/{cluster_id}/consumer-groups", tags=["v3 consumer groups"])
 
 GROUP_TYPE = "CLASSIC"  # Kafka's classic group protocol (join/sync/heartbeat)
-BOUNDS_CONCURRENCY_MAX = 16  # partition bounds looked up at once for one lag request
 NODE_LIST_TIMEOUT_S = 5.0  # a live node slower than this is skipped by the group list
 
 
@@ -64,20 +64,6 @@ class Links:
 
     def crn(self, *parts: str) -> str:
         return "/".join([f"crn:///kafka={self.cluster_id}", *parts])
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionLag:
-    """A committed offset against the partition's last stable offset, and who owns it."""
-
-    partition: TopicPartition
-    current_offset: int
-    log_end_offset: int
-    owner: MemberView | None
-
-    @property
-    def lag(self) -> int:
-        return max(0, self.log_end_offset - self.current_offset)
 
 
 # ---- routes ------------------------------------------------------------------------------
@@ -205,49 +191,27 @@ async def get_lag_summary(cluster_id: str, group: str, request: Request, broker:
     return _lag_summary_data(_links(request, broker, cluster_id), group, lags)
 
 
-# ---- lag -----------------------------------------------------------------------------------
-
-
-async def group_lags(
-    broker: Broker, group_id: str, *, only: TopicPartition | None = None
-) -> list[PartitionLag]:
-    """Lag of every partition the group has a committed offset for (or of `only`), sorted by
-    topic and partition. Runs on the group's coordinator.
-
-    Partitions of topics deleted (or shrunk) since the commit are left out, as Confluent leaves
-    out partitions without a latest offset.
-
-    Raises:
-        GroupNotFound: the group has neither members nor committed offsets.
-    """
-    description = await broker.groups.describe(group_id)
-    committed = await broker.groups.committed(group_id)
-    if only is not None:
-        committed = {tp: o for tp, o in committed.items() if tp == only}
-    owners = {tp: member for member in description.members for tp in member.assignment}
-    partitions = sorted(committed)
-    ends = await _log_end_offsets(broker, partitions)
-    return [
-        PartitionLag(tp, committed[tp].offset, end, owners.get(tp))
-        for tp, end in zip(partitions, ends, strict=True)
-        if end is not None
-    ]
-
-
-async def _log_end_offsets(broker: Broker, partitions: list[TopicPartition]) -> list[int | None]:
-    """Last stable offsets from each partition's leader, at most BOUNDS_CONCURRENCY_MAX at
-    once; None for a partition that no longer exists."""
-    limit = asyncio.Semaphore(BOUNDS_CONCURRENCY_MAX)
-
-    async def one(tp: TopicPartition) -> int | None:
-        async with limit:
-            try:
-                bounds = await remote_reads.bounds(broker, tp.topic, tp.partition)
-                return bounds.end_offset(Isolation.COMMITTED)
-            except (TopicNotFound, PartitionNotFound):
-                return None
-
-    return list(await asyncio.gather(*(one(tp) for tp in partitions)))
+@router.get(
+    "/{group}/lag-history",
+    summary="lakelog extension: the group's lag over time (the console's chart)",
+    response_model=None,
+)
+@served_by_coordinator
+async def get_lag_history(cluster_id: str, group: str, request: Request, broker: BrokerDep):
+    """Samples taken by the coordinator every `LAKELOG_LAG_SAMPLE_INTERVAL_MS`, oldest first:
+    each has the total and largest lag and the lag of every committed partition."""
+    check_cluster(cluster_id, broker.settings)
+    await broker.groups.describe(group)  # 404 for a group that does not exist
+    history: LagHistory = request.app.state.lag_history
+    links = _links(request, broker, cluster_id)
+    return {
+        "kind": "LakelogConsumerLagHistory",
+        "metadata": {"self": f"{links.group(group)}/lag-history"},
+        "cluster_id": cluster_id,
+        "consumer_group_id": group,
+        "interval_ms": history.interval_ms,
+        "samples": [_sample_data(sample) for sample in history.samples(group)],
+    }
 
 
 # ---- the group list: every node's groups ---------------------------------------------------
@@ -418,4 +382,16 @@ def _lag_summary_data(links: Links, group_id: str, lags: list[PartitionLag]) -> 
         "total_lag": sum(lag.lag for lag in lags),
         "max_lag_consumer": {"related": f"{links.group(group_id)}/consumers/{consumer_id}"},
         "max_lag_partition": {"related": links.partition(tp)},
+    }
+
+
+def _sample_data(sample: LagSample) -> dict:
+    return {
+        "time_ms": sample.time_ms,
+        "total_lag": sample.total_lag,
+        "max_lag": sample.max_lag,
+        "partitions": [
+            {"topic_name": tp.topic, "partition_id": tp.partition, "lag": lag}
+            for tp, lag in sample.lags
+        ],
     }
