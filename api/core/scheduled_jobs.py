@@ -69,6 +69,9 @@ class ScheduledJobs:
         self._blocking = blocking
         self._committed = committed
         self.recent: collections.deque[PartitionRun] = collections.deque(maxlen=RUNS_KEPT)
+        # Runs that changed something or failed, kept apart: the many runs with nothing to do
+        # would push them out of `recent` within minutes.
+        self.recent_changes: collections.deque[PartitionRun] = collections.deque(maxlen=RUNS_KEPT)
 
     async def run_forever(self) -> None:
         """Each job first one interval after start (a restart does not redo the work of the
@@ -128,20 +131,21 @@ class ScheduledJobs:
         metrics.JOB_RUNS.labels(job, result).inc()
         metrics.JOB_RECORDS_REMOVED.labels(job).inc(outcome.records_removed)
         metrics.JOB_BYTES_REMOVED.labels(job).inc(outcome.bytes_removed)
-        self.recent.append(
-            PartitionRun(
-                job=job,
-                topic=outcome.topic,
-                partition=outcome.partition,
-                node_id=self._node_id,
-                finished_ms=int(time.time() * 1000),
-                committed=outcome.committed,
-                records_removed=outcome.records_removed,
-                bytes_removed=outcome.bytes_removed,
-                files_deleted=outcome.files_deleted,
-                error=outcome.error,
-            )
+        run = PartitionRun(
+            job=job,
+            topic=outcome.topic,
+            partition=outcome.partition,
+            node_id=self._node_id,
+            finished_ms=int(time.time() * 1000),
+            committed=outcome.committed,
+            records_removed=outcome.records_removed,
+            bytes_removed=outcome.bytes_removed,
+            files_deleted=outcome.files_deleted,
+            error=outcome.error,
         )
+        self.recent.append(run)
+        if run.committed or run.error:
+            self.recent_changes.append(run)
         where = f"{outcome.topic}-{outcome.partition}"
         if outcome.error:
             log.warning("%s %s %s: FAILED: %s", job, progress, where, outcome.error)

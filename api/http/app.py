@@ -18,6 +18,7 @@ from api.http.lag_history import LagHistory
 from api.http.limits import BodyLimitMiddleware
 from api.http.request_middleware import RequestMiddleware
 from api.http.routes import (
+    console,
     groups,
     internal,
     metrics,
@@ -132,6 +133,7 @@ def create_app(
         v3_maintenance,
         internal,
         metrics,
+        console,
     )
     for module in routers:
         app.include_router(module.router)

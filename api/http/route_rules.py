@@ -62,6 +62,10 @@ _DEAD_LETTER = "READ on the topic, WRITE (and CREATE, if new) on the dead letter
 
 RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/"): PUBLIC,
+    # the web console's static files (its API requests are authorized as any client's);
+    # rules are keyed without a trailing slash, so this one covers `/ui/` too
+    ("GET", "/ui"): PUBLIC,
+    ("GET", "/ui/{name}"): PUBLIC,
     **{
         (m, p): AUTHENTICATED
         for m in ("GET", "HEAD")

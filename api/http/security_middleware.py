@@ -19,6 +19,11 @@ from api.security.state import ANONYMOUS, SecurityState
 
 INTERNAL_PREFIX = "/_lakelog/internal/"
 PUBLIC_PATHS = frozenset({"/"})  # the health check: service name, version, cluster id
+CONSOLE_PREFIX = "/ui"  # the web console's static files (no data; its API calls need a key)
+# A browser answers a Basic challenge with its own login dialog: the console asks for the key
+# itself, so requests marked as its own are challenged for Bearer only.
+CONSOLE_REQUEST = ("x-requested-with", "lakelog-console")
+CONSOLE_CHALLENGE = 'Bearer realm="lakelog"'
 CREDENTIALS_CHARS_MAX = 1024
 
 
@@ -35,7 +40,10 @@ class SecurityMiddleware:
         try:
             principal, via_node = await self._authenticate(scope)
         except (ApiError, SecurityError) as error:
-            return await error_response(error)(scope, receive, send)
+            response = error_response(error)
+            if _from_console(scope) and "www-authenticate" in response.headers:
+                response.headers["WWW-Authenticate"] = CONSOLE_CHALLENGE
+            return await response(scope, receive, send)
         client = scope.get("client")
         context = RequestSecurity(principal, client[0] if client else "*", via_node)
         scope[SCOPE_KEY] = context
@@ -61,7 +69,7 @@ class SecurityMiddleware:
             return ANONYMOUS, False
         if scope["path"].startswith(INTERNAL_PREFIX):
             raise AuthenticationFailed("Node-to-node routes need a request signed by a node.")
-        if scope["path"] in PUBLIC_PATHS and scope["method"] in ("GET", "HEAD"):
+        if _is_public(scope["path"]) and scope["method"] in ("GET", "HEAD"):
             return ANONYMOUS, False
         key_id, secret = parse_credentials(headers.get("authorization"))
         return await security.authenticate(key_id, secret), False
@@ -90,6 +98,15 @@ class SecurityMiddleware:
             await send(message)
 
         return counted
+
+
+def _is_public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/")
+
+
+def _from_console(scope) -> bool:
+    name, value = (part.encode("latin-1") for part in CONSOLE_REQUEST)
+    return any(k.lower() == name and v == value for k, v in scope["headers"])
 
 
 def parse_credentials(header: str | None) -> tuple[str, str]:

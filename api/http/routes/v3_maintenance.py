@@ -16,12 +16,13 @@ router = APIRouter(prefix="/v3", tags=["v3 maintenance (lakelog)"])
 
 @router.get(
     "/clusters/{cluster_id}/maintenance",
-    summary="This node's scheduled maintenance and its recent runs, newest first",
+    summary="This node's scheduled maintenance, its recent runs and changes, newest first",
 )
 async def maintenance_runs(cluster_id: str, request: Request, broker: BrokerDep) -> dict:
     check_cluster(cluster_id, broker.settings)  # DESCRIBE on the cluster: api/security/rules
     scheduled = broker.scheduled_jobs
-    runs = [] if scheduled is None else [dataclasses.asdict(r) for r in reversed(scheduled.recent)]
+    runs = [] if scheduled is None else _newest_first(scheduled.recent)
+    changes = [] if scheduled is None else _newest_first(scheduled.recent_changes)
     url = base_url(request, broker.settings)
     return {
         "kind": "LakelogMaintenance",
@@ -30,4 +31,10 @@ async def maintenance_runs(cluster_id: str, request: Request, broker: BrokerDep)
         "enabled": scheduled is not None,
         "intervals_ms": intervals_ms(broker.settings),
         "runs": runs,
+        # the runs that committed a change or failed (kept longer than `runs`)
+        "changes": changes,
     }
+
+
+def _newest_first(runs) -> list[dict]:
+    return [dataclasses.asdict(run) for run in reversed(runs)]
