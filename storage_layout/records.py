@@ -162,8 +162,6 @@ class FetchResult:
     log_start_offset: int
     high_watermark: int
     last_stable_offset: int | None = None
-    # Where asked for: the Parquet bytes of the partition's live data files.
-    size_bytes: int | None = None
     aborted: tuple = ()
     next_offset: int | None = None
 
