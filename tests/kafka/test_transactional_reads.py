@@ -155,6 +155,7 @@ def test_an_unknown_isolation_level_is_refused_with_the_valid_ones(gateway):
 
 def test_partition_offsets_give_the_last_stable_offset(gateway):
     body = httpx.get(f"{gateway.url}/topics/{TOPIC}/partitions/0/offsets").json()
+    assert body.pop("size_bytes") > 0
     assert body == {
         "beginning_offset": 0,
         "end_offset": 8,

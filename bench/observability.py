@@ -1,0 +1,196 @@
+"""The cost of observability on the produce path: request ids, per-route metrics and the
+structured request context (api/http/request_middleware.py), against the same gateway without
+that middleware, in one run; and the cost of a `/metrics` scrape against `GET /`.
+
+Two gateway processes (uvicorn, separate data directories) serve the same app: `bare` (the
+RequestMiddleware removed before the app starts) and `observed` (as `lakelog serve` runs it).
+A single-loop client (bench/raw_http.py) keeps N connections producing small batches (R records
+of 100 bytes per request, binary v2, round-robin over 4 partitions) for S seconds. Rounds
+alternate which side goes first; the table shows each side's best round and the ratio
+observed / bare, of the best rounds and as the median of the per-round ratios.
+
+Usage: .venv/bin/python bench/observability.py [--seconds S] [--rounds N] [--connections C]
+           [--records R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.produce_fetch import machine_info, report_header  # noqa: E402
+from bench.raw_http import RawConnection  # noqa: E402
+from tests.gateway_process import free_port  # noqa: E402
+
+KINDS = ("bare", "observed")
+PARTITIONS = 4
+SCRAPES = 30
+SERVE = """
+import sys, uvicorn
+from api.http.app import create_app
+from api.http.request_middleware import RequestMiddleware
+from conf.settings import load_settings
+kind, port, data_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+app = create_app(load_settings(data_dir=data_dir, port=port, maintenance=False))
+if kind == "bare":  # the middleware stack is built at the first request: remove it before
+    app.user_middleware = [m for m in app.user_middleware if m.cls is not RequestMiddleware]
+uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+"""
+
+
+@dataclass(frozen=True)
+class Round:
+    kind: str
+    requests_per_s: float
+
+
+def start_server(kind: str, data_dir: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    command = [sys.executable, "-c", SERVE, kind, str(port), str(data_dir)]
+    process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1])
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/", timeout=1).status_code == 200:
+                topic = {"topic_name": "bench", "partitions_count": PARTITIONS}
+                created = httpx.post(f"{url}/v3/clusters/lakelog/topics", json=topic, timeout=30)
+                assert created.status_code == 201, created.text
+                return process, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    process.kill()
+    raise RuntimeError(f"{kind} server did not start")
+
+
+def produce_body(records: int) -> bytes:
+    value = base64.b64encode(b"x" * 100).decode()
+    return json.dumps({"records": [{"value": value} for _ in range(records)]}).encode()
+
+
+async def measure(url: str, *, seconds: float, connections: int, body: bytes) -> float:
+    """Produce requests per second of N connections sending back to back for `seconds`."""
+    links = [await RawConnection.open(url) for _ in range(connections)]
+    headers = {"Content-Type": "application/vnd.kafka.binary.v2+json"}
+    done = 0
+    stop_at = time.monotonic() + seconds
+
+    async def loop(index: int, link: RawConnection) -> None:
+        nonlocal done
+        target = f"/topics/bench/partitions/{index % PARTITIONS}"
+        while time.monotonic() < stop_at:
+            response = await link.request("POST", target, body, headers)
+            assert response.status == 200, response.body[:200]
+            done += 1
+
+    started = time.monotonic()
+    await asyncio.gather(*(loop(i, link) for i, link in enumerate(links)))
+    elapsed = time.monotonic() - started
+    for link in links:
+        await link.close()
+    return done / elapsed
+
+
+def scrape_ms(url: str) -> tuple[float, float, int]:
+    """Median latency of GET /metrics and of GET / (ms), and the metrics' size in bytes."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        metrics_ms, health_ms, size = [], [], 0
+        for _ in range(SCRAPES):
+            started = time.perf_counter()
+            size = len(client.get("/metrics").content)
+            metrics_ms.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            client.get("/")
+            health_ms.append((time.perf_counter() - started) * 1000)
+    return statistics.median(metrics_ms), statistics.median(health_ms), size
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--records", type=int, default=10)
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="bench-observability-") as tmp:
+        servers = {kind: start_server(kind, Path(tmp) / kind) for kind in KINDS}
+        try:
+            rounds = run_rounds(servers, args, produce_body(args.records))
+            scrape = scrape_ms(servers["observed"][1])
+        finally:
+            for process, _ in servers.values():
+                process.terminate()
+                process.wait(15)
+        machine = machine_info(Path(tmp))
+    print_report(rounds, scrape, args, machine, load_before)
+    return 0
+
+
+def run_rounds(servers, args, body: bytes) -> list[Round]:
+    rounds = []
+    for number in range(args.rounds):
+        # Alternate which side goes first, so a trend in other load does not favour one.
+        for kind in KINDS if number % 2 == 0 else tuple(reversed(KINDS)):
+            rate = asyncio.run(
+                measure(
+                    servers[kind][1], seconds=args.seconds, connections=args.connections, body=body
+                )
+            )
+            print(f"round {number + 1}/{args.rounds} {kind}: {rate:,.0f} req/s", file=sys.stderr)
+            rounds.append(Round(kind, rate))
+    return rounds
+
+
+def print_report(rounds: list[Round], scrape, args, machine: dict, load_before) -> None:
+    best = {kind: max(r.requests_per_s for r in rounds if r.kind == kind) for kind in KINDS}
+    lines = report_header(
+        machine,
+        command=shlex.join([sys.executable, *sys.argv]),
+        code_details=(
+            f"v2 produce of {args.records} x 100 B records per request, "
+            f"{args.connections} connections, {PARTITIONS} partitions"
+        ),
+        load_before=tuple(round(x, 2) for x in load_before),
+        load_after=tuple(round(x, 2) for x in os.getloadavg()),
+    )
+    lines += ["", "| gateway | best req/s | every round |", "|---|---|---|"]
+    for kind in KINDS:
+        every = ", ".join(f"{r.requests_per_s:,.0f}" for r in rounds if r.kind == kind)
+        lines.append(f"| {kind} | {best[kind]:,.0f} | {every} |")
+    paired = sorted(_round_ratios(rounds))
+    metrics_ms, health_ms, size = scrape
+    lines += [
+        f"\nratio observed / bare: best rounds {best['observed'] / best['bare']:.3f}; per round "
+        f"median {statistics.median(paired):.3f}, range {paired[0]:.3f}-{paired[-1]:.3f}",
+        f"GET /metrics after the rounds: median {metrics_ms:.2f} ms for {size:,} bytes; "
+        f"GET / median {health_ms:.2f} ms (ratio {metrics_ms / health_ms:.1f})",
+    ]
+    print("\n".join(lines))
+
+
+def _round_ratios(rounds: list[Round]) -> list[float]:
+    ratios = []
+    for first, second in zip(rounds[::2], rounds[1::2], strict=True):
+        rate = {first.kind: first.requests_per_s, second.kind: second.requests_per_s}
+        ratios.append(rate["observed"] / rate["bare"])
+    return ratios
+
+
+if __name__ == "__main__":
+    sys.exit(main())
