@@ -4,13 +4,14 @@ that middleware, in one run; and the cost of a `/metrics` scrape against `GET /`
 
 Two gateway processes (uvicorn, separate data directories) serve the same app: `bare` (the
 RequestMiddleware removed before the app starts) and `observed` (as `lakelog serve` runs it).
-A single-loop client (bench/raw_http.py) keeps N connections producing small batches (R records
-of 100 bytes per request, binary v2, round-robin over 4 partitions) for S seconds. Rounds
+A single-loop client (bench/raw_http.py) keeps N connections busy for S seconds with either
+`produce` (small batches: R records of 100 bytes per request, binary v2, over 4 partitions) or
+`offsets` (`GET .../partitions/{p}/offsets`, a cheap read, so per-request costs show most). Rounds
 alternate which side goes first; the table shows each side's best round and the ratio
 observed / bare, of the best rounds and as the median of the per-round ratios.
 
-Usage: .venv/bin/python bench/observability.py [--seconds S] [--rounds N] [--connections C]
-           [--records R]
+Usage: .venv/bin/python bench/observability.py [--workload produce|offsets] [--seconds S]
+           [--rounds N] [--connections C] [--records R]
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def produce_body(records: int) -> bytes:
     return json.dumps({"records": [{"value": value} for _ in range(records)]}).encode()
 
 
-async def measure(url: str, *, seconds: float, connections: int, body: bytes) -> float:
-    """Produce requests per second of N connections sending back to back for `seconds`."""
+async def measure(url: str, *, seconds: float, connections: int, body: bytes | None) -> float:
+    """Requests per second of N connections sending back to back for `seconds`: produce
+    `body`, or (None) ask for the partition's offsets."""
     links = [await RawConnection.open(url) for _ in range(connections)]
     headers = {"Content-Type": "application/vnd.kafka.binary.v2+json"}
     done = 0
@@ -94,7 +96,10 @@ async def measure(url: str, *, seconds: float, connections: int, body: bytes) ->
         nonlocal done
         target = f"/topics/bench/partitions/{index % PARTITIONS}"
         while time.monotonic() < stop_at:
-            response = await link.request("POST", target, body, headers)
+            if body is None:
+                response = await link.request("GET", target + "/offsets")
+            else:
+                response = await link.request("POST", target, body, headers)
             assert response.status == 200, response.body[:200]
             done += 1
 
@@ -122,6 +127,7 @@ def scrape_ms(url: str) -> tuple[float, float, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=("produce", "offsets"), default="produce")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--connections", type=int, default=8)
@@ -131,7 +137,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-observability-") as tmp:
         servers = {kind: start_server(kind, Path(tmp) / kind) for kind in KINDS}
         try:
-            rounds = run_rounds(servers, args, produce_body(args.records))
+            body = produce_body(args.records) if args.workload == "produce" else None
+            rounds = run_rounds(servers, args, body)
             scrape = scrape_ms(servers["observed"][1])
         finally:
             for process, _ in servers.values():
@@ -142,7 +149,7 @@ def main() -> int:
     return 0
 
 
-def run_rounds(servers, args, body: bytes) -> list[Round]:
+def run_rounds(servers, args, body: bytes | None) -> list[Round]:
     rounds = []
     for number in range(args.rounds):
         # Alternate which side goes first, so a trend in other load does not favour one.
@@ -163,9 +170,11 @@ def print_report(rounds: list[Round], scrape, args, machine: dict, load_before) 
         machine,
         command=shlex.join([sys.executable, *sys.argv]),
         code_details=(
-            f"v2 produce of {args.records} x 100 B records per request, "
-            f"{args.connections} connections, {PARTITIONS} partitions"
-        ),
+            f"v2 produce of {args.records} x 100 B records per request"
+            if args.workload == "produce"
+            else "GET /topics/bench/partitions/{p}/offsets"
+        )
+        + f", {args.connections} connections, {PARTITIONS} partitions",
         load_before=tuple(round(x, 2) for x in load_before),
         load_after=tuple(round(x, 2) for x in os.getloadavg()),
     )

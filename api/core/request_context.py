@@ -4,8 +4,8 @@ nodes. Protocol-neutral: front-ends set it, the core and the logs read it."""
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from contextvars import ContextVar
 
 REQUEST_ID_HEADER = "x-request-id"
@@ -20,6 +20,9 @@ def current_request_id() -> str | None:
 
 def begin_request(given: str | None) -> str:
     """The request's id (the client's, if it is a short token; else a new one), now current."""
-    request_id = given if given is not None and _VALID.fullmatch(given) else uuid.uuid4().hex[:16]
+    if given is not None and _VALID.fullmatch(given):
+        request_id = given
+    else:  # 64 random bits: unique enough to follow one request (4x cheaper than a uuid4)
+        request_id = os.urandom(8).hex()
     _current.set(request_id)
     return request_id

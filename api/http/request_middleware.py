@@ -9,6 +9,7 @@ the produce and fetch paths, not two):
 
 from __future__ import annotations
 
+import functools
 import time
 
 from api.core import metrics
@@ -43,6 +44,16 @@ class RequestMiddleware:
             await self.app(scope, receive, send_answer)
         finally:
             route = getattr(scope.get("route"), "path", None) or UNMATCHED
-            method = scope.get("method", "")
-            metrics.HTTP_REQUESTS.labels(route, method, str(status)).inc()
-            metrics.HTTP_REQUEST_SECONDS.labels(route, method).observe(time.monotonic() - started)
+            count, latency = _series(route, scope.get("method", ""), status)
+            count.inc()
+            latency.observe(time.monotonic() - started)
+
+
+@functools.cache
+def _series(route: str, method: str, status: int):
+    """The request counter and latency histogram of one (route, method, status): looked up
+    once, not on every request (the label values are bounded, so is this cache)."""
+    return (
+        metrics.HTTP_REQUESTS.labels(route, method, str(status)),
+        metrics.HTTP_REQUEST_SECONDS.labels(route, method),
+    )
