@@ -235,10 +235,12 @@ def test_nodes_and_maintenance_pages(shop, page, tmp_path):
 
     # retention (every 500 ms) removes the three expired records, the change is listed
     wait_until(
-        lambda: client.get("/topics/clickstream-expired/partitions/0/offsets").json()[
-            "beginning_offset"
-        ]
-        == 3,
+        lambda: (
+            client.get("/topics/clickstream-expired/partitions/0/offsets").json()[
+                "beginning_offset"
+            ]
+            == 3
+        ),
         "retention to remove the expired segment",
     )
     open_console(page, gateway.url, "/maintenance", rows_ready("#runs"))
