@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     # Consumer lag sampled on each group's coordinator this often, the last
     # `lag_history_samples` kept (the console's lag chart; default: one hour).
     lag_sample_interval_ms: int = Field(default=10_000, ge=100)
-    lag_history_samples: int = Field(default=360, ge=1, le=100_000)
+    lag_history_samples: int = Field(default=360, ge=1, le=10_000)
 
     # Several nodes on one root: a node that has not renewed its liveness record for
     # `lease_ms` is dead and its partitions move; it renews every `heartbeat_ms`.

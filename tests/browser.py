@@ -95,12 +95,18 @@ class Browser:
         buffer = b""
         while True:
             chunk = os.read(self._read_fd, 1 << 16)
-            if not chunk:
+            if not chunk:  # chromium exited
+                os.close(self._read_fd)
                 return
             buffer += chunk
             while b"\0" in buffer:
                 raw, buffer = buffer.split(b"\0", 1)
-                self._dispatch(json.loads(raw))
+                try:
+                    message = json.loads(raw)
+                except ValueError:
+                    self.events.append({"method": "lakelog.unreadable", "params": {}})
+                    continue  # one bad message must not stop every later answer
+                self._dispatch(message)
 
     def _dispatch(self, message: dict) -> None:
         if "id" in message:
@@ -133,7 +139,7 @@ class Browser:
     def new_page(self) -> Page:
         target = self.send("Target.createTarget", url="about:blank")["targetId"]
         session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        return Page(self, session)
+        return Page(self, session, target)
 
     def close(self) -> None:
         try:
@@ -149,9 +155,10 @@ class Browser:
 
 
 class Page:
-    def __init__(self, browser: Browser, session_id: str) -> None:
+    def __init__(self, browser: Browser, session_id: str, target_id: str) -> None:
         self.browser = browser
         self.session_id = session_id
+        self.target_id = target_id
         for domain in ("Page", "Runtime", "Log"):
             self.send(f"{domain}.enable")
         self._viewport(VIEWPORT["height"])
@@ -224,6 +231,10 @@ class Page:
         self._viewport(VIEWPORT["height"])
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data))
+
+    def close(self) -> None:
+        """Close the tab (its timers stop with it)."""
+        self.browser.send("Target.closeTarget", targetId=self.target_id)
 
     def problems(self) -> list[str]:
         """Uncaught exceptions, console errors and browser log errors (CSP refusals, console

@@ -148,7 +148,7 @@ class Broker:
             fault_point=self.settings.fault_point,
         )
         metrics.PARTITIONS_LED.set_function(self.leaders.led_count)
-        metrics.GROUP_LAG.source = self.group_lags_known_here
+        metrics.GROUP_LAG.source = self.group_lags_led_here
         self._http = httpx.AsyncClient(
             timeout=self.settings.forward_timeout_ms / 1000,
             verify=node_tls.client_verify(self.settings),
@@ -765,9 +765,9 @@ class Broker:
             )
         return result
 
-    def group_lags_known_here(self) -> list[tuple[str, str, int, int]]:
-        """The lag of the groups coordinated here, against the ends known here without
-        waiting (a partition led here: its last stable offset; else the follower view)."""
+    def group_lags_led_here(self) -> list[tuple[str, str, int, int]]:
+        """The lag of the groups coordinated here on the partitions led here, whose last
+        stable offset this node knows exactly and without waiting (the metrics' freshest)."""
         if self.groups is None:
             return []
         lags = []
@@ -775,9 +775,6 @@ class Broker:
             writer = self.leaders.writer_here(tp.topic, tp.partition)
             if writer is not None:
                 end = writer.log.last_stable_offset()
-            else:
-                end = self._followers.known_end(tp.topic, tp.partition)
-            if end is not None:
                 lags.append((group_id, tp.topic, tp.partition, max(0, end - offset)))
         return lags
 

@@ -87,12 +87,6 @@ class FollowerReads:
             log.read, from_offset=offset, records_max=records_max, bytes_max=bytes_max
         )
 
-    def known_end(self, topic: str, partition: int) -> int | None:
-        """The high watermark of this node's last view of the partition (None: never read
-        here). No I/O; as fresh as the last read."""
-        log = self._logs.get((topic, partition))
-        return None if log is None else log.bounds().high_watermark
-
     def forget_topic(self, topic: str) -> None:
         """Drop the logs of a deleted topic."""
         for key in [key for key in self._logs if key[0] == topic]:

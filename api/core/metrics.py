@@ -166,7 +166,8 @@ class _StoreRequests(Collector):
     def collect(self):
         family = CounterMetricFamily(
             "lakelog_store_requests",
-            "Object-store requests made by this process (a local disk makes none), by store, "
+            "Object-store requests of lakelog's own storage layer in this process (a listing "
+            "page, a batch of deletes; delta-rs I/O excluded; none on a local disk), by store, "
             "operation and outcome (error: failed after the client's retries).",
             labels=["store", "operation", "outcome"],
         )

@@ -82,7 +82,7 @@ def create_app(
             broker,
             interval_ms=settings.lag_sample_interval_ms,
             samples_max=settings.lag_history_samples,
-            known_here=broker.group_lags_known_here,
+            led_here=broker.group_lags_led_here,
         )
         app.state.lag_history = lag_history
         GROUP_LAG.source = lag_history.current_lags
@@ -96,6 +96,7 @@ def create_app(
         finally:
             for task in background:
                 task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             for service in reversed(services):
                 await service.close()
             await broker.close()

@@ -56,18 +56,23 @@ async def group_lags(
     ]
 
 
+# What `log_end_offsets(..., skip_unreachable=True)` gives for a partition whose leader did not
+# answer (None means the partition is gone).
+UNREACHABLE = -1
+
+
 async def log_end_offsets(
     broker: Broker, partitions: list[TopicPartition], *, skip_unreachable: bool = False
 ) -> list[int | None]:
     """Last stable offsets from each partition's leader, at most BOUNDS_CONCURRENCY_MAX at
-    once; None for a partition that no longer exists (and, with `skip_unreachable`, for one
-    whose leader did not answer: a background sample must not fail for one partition).
+    once; None for a partition that no longer exists; with `skip_unreachable`, UNREACHABLE
+    for one whose leader did not answer (a background sample must not fail for one partition).
 
     Raises:
         NotLeader: a leader did not answer (unless `skip_unreachable`).
     """
     limit = asyncio.Semaphore(BOUNDS_CONCURRENCY_MAX)
-    skipped = (TopicNotFound, PartitionNotFound, NotLeader) if skip_unreachable else ()
+    unreachable = (NotLeader,) if skip_unreachable else ()
 
     async def one(tp: TopicPartition) -> int | None:
         async with limit:
@@ -76,7 +81,7 @@ async def log_end_offsets(
                 return bounds.end_offset(Isolation.COMMITTED)
             except (TopicNotFound, PartitionNotFound):
                 return None
-            except skipped:
-                return None
+            except unreachable:
+                return UNREACHABLE
 
     return list(await asyncio.gather(*(one(tp) for tp in partitions)))

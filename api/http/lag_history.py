@@ -4,7 +4,8 @@ this node does not know without asking (neither led nor read here).
 
 Every `lag_sample_interval_ms` the node looks up, once per partition, the last stable offset of
 every partition that a group it coordinates has a committed offset for, and keeps the last
-`lag_history_samples` samples per group in memory. A group's history starts again when another
+`lag_history_samples` samples per group in memory (bounded: groups x samples x the committed
+partitions of each group). A group's history starts again when another
 node becomes its coordinator (a history is a chart's worth, not a record).
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from api.core.broker import Broker
-from api.http.group_lag import log_end_offsets
+from api.http.group_lag import UNREACHABLE, log_end_offsets
 from storage_layout.records import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -28,10 +29,13 @@ GroupLags = Iterable[tuple[str, str, int, int]]  # (group, topic, partition, lag
 
 @dataclass(frozen=True, slots=True)
 class LagSample:
-    """The lag of each committed partition of one group at `time_ms`."""
+    """The lag of each committed partition of one group at `time_ms`. `partial`: some
+    partition's leader did not answer; its last known lag is carried over (or, never known,
+    it is missing), so a dead leader shows as a flat line, not as a dip or a lost history."""
 
     time_ms: int
     lags: tuple[tuple[TopicPartition, int], ...]
+    partial: bool = False
 
     @property
     def total_lag(self) -> int:
@@ -49,27 +53,27 @@ class LagHistory:
         *,
         interval_ms: int,
         samples_max: int,
-        known_here: Callable[[], GroupLags] = lambda: (),
+        led_here: Callable[[], GroupLags] = lambda: (),
     ) -> None:
         self.interval_ms = interval_ms
         self._broker = broker
         self._samples_max = samples_max
-        self._known_here = known_here
+        self._led_here = led_here
         self._history: dict[str, deque[LagSample]] = {}
 
     def samples(self, group_id: str) -> list[LagSample]:
         return list(self._history.get(group_id, ()))
 
     def current_lags(self) -> list[tuple[str, str, int, int]]:
-        """The metrics' lag: the latest sample of each group, overlaid by the lags this node
-        knows without I/O (partitions it leads or follows: fresher than the sample)."""
+        """The metrics' lag: the latest sample of each group, overlaid by the lags of the
+        partitions this node leads (their end is exact and current here)."""
         lags = {
             (group_id, tp.topic, tp.partition): lag
             for group_id, history in self._history.items()
             if history
             for tp, lag in history[-1].lags
         }
-        for group_id, topic, partition, lag in self._known_here():
+        for group_id, topic, partition, lag in self._led_here():
             lags[(group_id, topic, partition)] = lag
         return [(*key, lag) for key, lag in sorted(lags.items())]
 
@@ -88,15 +92,34 @@ class LagHistory:
         partitions = sorted({tp for _, tp, _ in committed})
         ends = await log_end_offsets(self._broker, partitions, skip_unreachable=True)
         end_of = dict(zip(partitions, ends, strict=True))
-        lags: dict[str, list[tuple[TopicPartition, int]]] = defaultdict(list)
+        offsets: dict[str, dict[TopicPartition, int]] = defaultdict(dict)
         for group_id, tp, offset in committed:
-            end = end_of[tp]
-            if end is not None:
-                lags[group_id].append((tp, max(0, end - offset)))
-        now_ms = int(time.time() * 1000)
+            offsets[group_id][tp] = offset
         for group_id in list(self._history):
-            if group_id not in lags:  # no longer coordinated here, or deleted
+            if group_id not in offsets:  # no longer coordinated here, or no offsets left
                 del self._history[group_id]
-        for group_id, group_lags in lags.items():
+        now_ms = int(time.time() * 1000)
+        for group_id, group_offsets in offsets.items():
             history = self._history.setdefault(group_id, deque(maxlen=self._samples_max))
-            history.append(LagSample(now_ms, tuple(sorted(group_lags))))
+            history.append(_sample(now_ms, group_offsets, end_of, history[-1] if history else None))
+
+
+def _sample(
+    now_ms: int,
+    offsets: dict[TopicPartition, int],
+    end_of: dict[TopicPartition, int | None],
+    previous: LagSample | None,
+) -> LagSample:
+    """Lags from the ends found; a partition whose leader did not answer keeps its previous
+    lag; a partition that is gone (its topic deleted or shrunk) has none."""
+    before = dict(previous.lags) if previous is not None else {}
+    lags, partial = [], False
+    for tp, offset in sorted(offsets.items()):
+        end = end_of[tp]
+        if end == UNREACHABLE:
+            partial = True
+            if tp in before:
+                lags.append((tp, before[tp]))
+        elif end is not None:
+            lags.append((tp, max(0, end - offset)))
+    return LagSample(now_ms, tuple(lags), partial)

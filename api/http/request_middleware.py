@@ -16,6 +16,9 @@ from api.core import metrics
 from api.core.request_context import REQUEST_ID_HEADER, begin_request
 
 UNMATCHED = "unmatched"  # a path no route serves (404): one label value for all of them
+# The client picks the method: any other is counted as OTHER, so the label stays bounded.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER = "OTHER"
 _HEADER = REQUEST_ID_HEADER.encode()
 
 
@@ -44,7 +47,8 @@ class RequestMiddleware:
             await self.app(scope, receive, send_answer)
         finally:
             route = getattr(scope.get("route"), "path", None) or UNMATCHED
-            count, latency = _series(route, scope.get("method", ""), status)
+            method = scope.get("method", "")
+            count, latency = _series(route, method if method in METHODS else OTHER, status)
             count.inc()
             latency.observe(time.monotonic() - started)
 

@@ -25,7 +25,7 @@ from storage_layout.store.base import (
     StoreNotFound,
     holds,
 )
-from storage_layout.store.stats import counted
+from storage_layout.store.stats import ERROR, OK, counted, record
 
 # Requests are retried inside the client (5xx, throttling such as S3's 503 SlowDown, dropped
 # connections) with exponential backoff, but only for this long: a produce waits on it, and
@@ -143,7 +143,6 @@ class ObjectStore(Store):
         ]
         return sorted(found, key=lambda item: item.name)
 
-    @counted("list")
     def list_after(self, start_after: str, directory: str = "") -> list[StoredObject]:
         prefix = self._key(directory) + "/" if self._key(directory) else ""
         return [
@@ -152,7 +151,6 @@ class ObjectStore(Store):
             if item.name > start_after
         ]
 
-    @counted("list")
     def list_below(self, bound: str, directory: str = "") -> list[StoredObject]:
         found = []
         for item in self._stream(directory):
@@ -167,6 +165,7 @@ class ObjectStore(Store):
         prefix = key + "/" if key else ""
         try:
             for chunk in obstore.list(self._client, prefix or None, offset=offset, chunk_size=1000):
+                record(self.kind, "list", OK)  # a page: one request
                 for meta in chunk:
                     name = meta["path"][len(prefix) :]
                     if "/" not in name:
@@ -176,6 +175,7 @@ class ObjectStore(Store):
         except (FileNotFoundError, obstore_errors.NotFoundError):
             return
         except Exception as error:  # noqa: BLE001
+            record(self.kind, "list", ERROR)
             raise _translate(error, self.uri, directory) from error
 
     @counted("delete")
@@ -187,26 +187,29 @@ class ObjectStore(Store):
         except Exception as error:  # noqa: BLE001
             raise _translate(error, self.uri, path) from error
 
-    @counted("delete")
     def delete_many(self, paths: list[str]) -> None:
         keys = [self._key(path) for path in paths]
         try:
             for start in range(0, len(keys), 1000):  # S3's DeleteObjects takes 1,000 a request
                 obstore.delete(self._client, keys[start : start + 1000])
+                record(self.kind, "delete", OK)
         except (FileNotFoundError, obstore_errors.NotFoundError):
             pass
         except Exception as error:  # noqa: BLE001
+            record(self.kind, "delete", ERROR)
             raise _translate(error, self.uri, paths[0]) from error
 
-    @counted("delete")
     def delete_tree(self, directory: str = "") -> None:
         key = self._key(directory)
         try:
             for chunk in obstore.list(self._client, key + "/" if key else None, chunk_size=500):
+                record(self.kind, "list", OK)
                 obstore.delete(self._client, [meta["path"] for meta in chunk])
+                record(self.kind, "delete", OK)
         except (FileNotFoundError, obstore_errors.NotFoundError):
             pass
         except Exception as error:  # noqa: BLE001
+            record(self.kind, "delete", ERROR)
             raise _translate(error, self.uri, directory) from error
 
     def open_input(self, path: str) -> pa.NativeFile:

@@ -2,10 +2,13 @@
 metrics (`lakelog_store_requests`). The storage layer knows nothing of Prometheus: the api layer
 reads `request_counts()` at each scrape.
 
-A request is one call of a `Store` method on an object store (obstore retries inside it are
-not counted again). Outcomes: "ok" (including "not found" answers and a conditional create
-that lost to an existing object, which are answers, not failures) and "error" (a StoreError
-reached the caller: throttling past the retries, timeouts, refused credentials).
+A request is one request of lakelog's own `Store` (a page of a listing, a batch of up to 1,000
+deletes; obstore's retries inside one are not counted again). The Delta reads and writes that
+go through delta-rs (Spark jobs, table loads for Spark) are not counted.
+
+Outcomes: "ok" (including "not found" answers and a conditional create that lost to an
+existing object, which are answers, not failures) and "error" (a StoreError reached the caller:
+throttling past the retries, timeouts, refused credentials).
 """
 
 from __future__ import annotations

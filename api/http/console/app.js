@@ -1,10 +1,12 @@
 // The console's shell: hash routes to pages, the sign-in form when the gateway asks for a key,
-// and the banner for errors. Each page is `async (main, params) => stop?`.
+// and the banner for errors. A page is `async (view, ...routeArgs, query, signal)`: it fills
+// `view`, its own element (a page still loading when the user moves on fills a view nobody
+// sees), and stops its timers when `signal` aborts.
 import { credentials, signIn, signOut } from "./api.js";
 import { h } from "./dom.js";
 import { groupPage, groupsPage } from "./groups.js";
 import { messagesPage } from "./messages.js";
-import { showBanner, showError, SIGN_IN_EVENT } from "./notice.js";
+import { clearBanner, rerender, showError, SIGN_IN_EVENT } from "./notice.js";
 import { maintenancePage, nodesPage } from "./nodes.js";
 import { topicPage, topicsPage } from "./topics.js";
 
@@ -18,17 +20,23 @@ const ROUTES = [
   [/^#\/maintenance$/, maintenancePage, "maintenance"],
 ];
 
-let stopPage = null;
+let shown = null; // the AbortController of the page on screen
 
 function parseHash() {
   const [path, query] = (location.hash || "#/topics").split("?");
   return { path, query: new URLSearchParams(query || "") };
 }
 
+function stopShownPage() {
+  shown?.abort();
+  shown = null;
+}
+
 async function render() {
-  if (stopPage) stopPage();
-  stopPage = null;
-  showBanner("");
+  stopShownPage();
+  const controller = new AbortController();
+  shown = controller;
+  clearBanner();
   const { path, query } = parseHash();
   const route = ROUTES.find(([pattern]) => pattern.test(path));
   if (!route) {
@@ -36,17 +44,17 @@ async function render() {
     return;
   }
   const [pattern, page, section] = route;
-  const args = pattern.exec(path).slice(1).map(decodeURIComponent);
   for (const a of document.querySelectorAll("#nav a")) {
     a.classList.toggle("active", a.dataset.section === section);
   }
   renderWho();
-  const main = document.getElementById("main");
-  main.replaceChildren(h("p", { class: "muted" }, "Loading…"));
+  const view = h("div", {}, h("p", { class: "muted" }, "Loading…"));
+  document.getElementById("main").replaceChildren(view);
   try {
-    stopPage = (await page(main, ...args, query)) || null;
+    const args = pattern.exec(path).slice(1).map(decodeURIComponent);
+    await page(view, ...args, query, controller.signal);
   } catch (error) {
-    showError(main, error);
+    if (!controller.signal.aborted) showError(view, error);
   }
 }
 
@@ -84,7 +92,9 @@ function renderWho() {
 }
 
 window.addEventListener(SIGN_IN_EVENT, (event) => {
+  stopShownPage(); // no refresh may replace the form while the user types
   document.getElementById("main").replaceChildren(loginForm(event.detail));
 });
 window.addEventListener("hashchange", render);
+window.addEventListener(rerender.EVENT, render);
 render();

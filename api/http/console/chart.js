@@ -17,11 +17,15 @@ export function lineChart(series) {
     class: "chart", viewBox: `0 0 ${WIDTH} ${HEIGHT}`, width: "100%", role: "img",
     "aria-label": "lag over time",
   });
-  const points = series.flatMap((s) => s.points);
-  if (!points.length) return root;
-  const times = points.map(([t]) => t);
-  const [t0, t1] = [Math.min(...times), Math.max(...times)];
-  const vMax = Math.max(1, ...points.map(([, v]) => v));
+  let [t0, t1, vMax] = [Infinity, -Infinity, 1];
+  for (const s of series) {
+    for (const [t, v] of s.points) { // a loop: spreading many points overflows the stack
+      t0 = Math.min(t0, t);
+      t1 = Math.max(t1, t);
+      vMax = Math.max(vMax, v);
+    }
+  }
+  if (t0 === Infinity) return root;
   const x = (t) => PAD.left + ((t - t0) / Math.max(1, t1 - t0)) * (WIDTH - PAD.left - PAD.right);
   const y = (v) => HEIGHT - PAD.bottom - (v / vMax) * (HEIGHT - PAD.top - PAD.bottom);
   for (const fraction of [0, 0.5, 1]) {

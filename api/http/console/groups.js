@@ -39,12 +39,14 @@ export async function groupsPage(main) {
 
 async function loadGroup(base, group) {
   const path = `${base}/consumer-groups/${encodeURIComponent(group)}`;
-  const [summary, consumers, lags, history] = await Promise.all([
+  const [summary, consumers, lags] = await Promise.all([
     getJson(path),
     getJson(`${path}/consumers`).then((c) => c.data),
     getJson(`${path}/lags`).then((l) => l.data),
-    getJson(`${path}/lag-history`),
   ]);
+  // Lines per partition only for a few partitions: else the totals, a much smaller answer.
+  const perPartition = lags.length <= CHART_PARTITIONS_MAX;
+  const history = await getJson(`${path}/lag-history`, { params: { partitions: perPartition } });
   const assignments = await mapLimited(consumers, 4, (c) =>
     getJson(`${path}/consumers/${encodeURIComponent(c.consumer_id)}/assignments`)
       .then((a) => a.data));
@@ -54,7 +56,8 @@ async function loadGroup(base, group) {
 function chartSeries(history) {
   const samples = history.samples;
   const series = [{ name: "total lag", points: samples.map((s) => [s.time_ms, s.total_lag]) }];
-  const keys = new Set(samples.flatMap((s) => s.partitions.map((p) => `${p.topic_name}-${p.partition_id}`)));
+  const keys = new Set(samples.flatMap((s) =>
+    (s.partitions || []).map((p) => `${p.topic_name}-${p.partition_id}`)));
   if (keys.size > 1 && keys.size <= CHART_PARTITIONS_MAX) {
     for (const key of [...keys].sort()) {
       const points = samples.flatMap((s) => s.partitions
@@ -108,20 +111,22 @@ function renderGroup(main, group, data) {
   );
 }
 
-export async function groupPage(main, group) {
+export async function groupPage(main, group, query, signal) {
   const base = await v3();
-  renderGroup(main, group, await loadGroup(base, group));
-  let stopped = false;
-  const timer = setInterval(async () => {
+  let timer = null;
+  // The next refresh is scheduled once this one has finished: slow answers never overlap.
+  const refresh = async () => {
     try {
       const data = await loadGroup(base, group);
-      if (!stopped) renderGroup(main, group, data);
+      if (!signal.aborted) renderGroup(main, group, data);
     } catch (error) {
-      showError(null, error);
+      if (!signal.aborted) showError(null, error);
     }
-  }, REFRESH_MS);
-  return () => {
-    stopped = true;
-    clearInterval(timer);
+    if (!signal.aborted) timer = setTimeout(refresh, REFRESH_MS);
   };
+  signal.addEventListener("abort", () => clearTimeout(timer));
+  const data = await loadGroup(base, group);
+  if (signal.aborted) return;
+  renderGroup(main, group, data);
+  timer = setTimeout(refresh, REFRESH_MS);
 }

@@ -1,7 +1,7 @@
 // Topics: the list with sizes, a topic's partitions (leader, log start, high watermark, size)
 // and configs, creating a topic and changing its configs.
 import { getJson, mapLimited, sendJson, v3 } from "./api.js";
-import { showBanner, showError } from "./notice.js";
+import { flash, rerender, showBanner, showError } from "./notice.js";
 import { card, formatBytes, formatCount, h, link, table } from "./dom.js";
 
 const PARTITION_REQUESTS_MAX = 8; // partitions looked up at once
@@ -68,7 +68,7 @@ function createTopicForm(base) {
         partitions_count: Number(partitions.value),
         configs: parseConfigs(configs.value),
       });
-      showBanner(`Created topic ${name.value.trim()}.`, true);
+      flash(`Created topic ${name.value.trim()}.`);
       location.hash = `#/topics/${encodeURIComponent(name.value.trim())}`;
     } catch (error) {
       showError(null, error);
@@ -137,8 +137,8 @@ function configTable(base, topic, configs) {
     const reset = async () => {
       try {
         await sendJson("DELETE", path);
-        showBanner(`${c.name} reset to its default.`, true);
-        location.reload();
+        flash(`${c.name} reset to its default.`);
+        rerender();
       } catch (error) {
         showError(null, error);
       }

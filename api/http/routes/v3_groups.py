@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Annotated
 
 import httpx
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 
 from api.core.broker import Broker
 from api.core.groups.coordinator import GroupDescription
@@ -197,9 +198,19 @@ async def get_lag_summary(cluster_id: str, group: str, request: Request, broker:
     response_model=None,
 )
 @served_by_coordinator
-async def get_lag_history(cluster_id: str, group: str, request: Request, broker: BrokerDep):
+async def get_lag_history(
+    cluster_id: str,
+    group: str,
+    request: Request,
+    broker: BrokerDep,
+    partitions: Annotated[
+        bool, Query(description="Include each sample's lag per partition (false: totals only)")
+    ] = True,
+):
     """Samples taken by the coordinator every `LAKELOG_LAG_SAMPLE_INTERVAL_MS`, oldest first:
-    each has the total and largest lag and the lag of every committed partition."""
+    each has the total and largest lag and (unless `partitions=false`) the lag of every
+    committed partition; `partial` when some partition's leader did not answer (its last
+    known lag is carried over)."""
     check_cluster(cluster_id, broker.settings)
     await broker.groups.describe(group)  # 404 for a group that does not exist
     history: LagHistory = request.app.state.lag_history
@@ -210,7 +221,7 @@ async def get_lag_history(cluster_id: str, group: str, request: Request, broker:
         "cluster_id": cluster_id,
         "consumer_group_id": group,
         "interval_ms": history.interval_ms,
-        "samples": [_sample_data(sample) for sample in history.samples(group)],
+        "samples": [_sample_data(sample, partitions) for sample in history.samples(group)],
     }
 
 
@@ -385,13 +396,16 @@ def _lag_summary_data(links: Links, group_id: str, lags: list[PartitionLag]) -> 
     }
 
 
-def _sample_data(sample: LagSample) -> dict:
-    return {
+def _sample_data(sample: LagSample, partitions: bool) -> dict:
+    data = {
         "time_ms": sample.time_ms,
         "total_lag": sample.total_lag,
         "max_lag": sample.max_lag,
-        "partitions": [
+        "partial": sample.partial,
+    }
+    if partitions:
+        data["partitions"] = [
             {"topic_name": tp.topic, "partition_id": tp.partition, "lag": lag}
             for tp, lag in sample.lags
-        ],
-    }
+        ]
+    return data
