@@ -37,13 +37,14 @@ function recordsIn(partitions) {
 export async function topicsPage(main) {
   const base = await v3();
   const topics = (await getJson(`${base}/topics`)).data;
-  const details = await mapLimited(topics, 4, (t) => partitionsOf(t.topic_name));
+  // A topic deleted meanwhile (or whose leader is moving) shows "–", not a failed page.
+  const details = await mapLimited(topics, 4, (t) => partitionsOf(t.topic_name).catch(() => null));
   const rows = topics.map((t, i) => [
     link(`#/topics/${encodeURIComponent(t.topic_name)}`, t.topic_name),
     formatCount(t.partitions_count),
-    formatCount(recordsIn(details[i])),
-    formatCount(sum(details[i], "highWatermark")),
-    formatBytes(sum(details[i], "sizeBytes")),
+    formatCount(details[i] && recordsIn(details[i])),
+    formatCount(details[i] && sum(details[i], "highWatermark")),
+    formatBytes(details[i] && sum(details[i], "sizeBytes")),
     link(`#/topics/${encodeURIComponent(t.topic_name)}/messages`, "messages"),
   ]);
   main.replaceChildren(
