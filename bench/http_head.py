@@ -19,22 +19,24 @@ import argparse
 import asyncio
 import os
 import shlex
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.paired_servers import (  # noqa: E402
+    Round,
+    rate_rows,
+    ratio_line,
+    run_rounds,
+    start_server,
+)
 from bench.produce_fetch import machine_info, report_header  # noqa: E402
 from bench.raw_http import RawConnection  # noqa: E402
-from tests.gateway_process import free_port  # noqa: E402
 
+KINDS = ("stock", "limited")  # baseline, variant
 SERVE = """
 import sys, uvicorn
 from api.http.app import create_app
@@ -47,28 +49,6 @@ http = "httptools" if kind == "stock" else head_limited_protocol(
                settings.request_head_timeout_ms))
 uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning", http=http)
 """
-
-
-@dataclass(frozen=True)
-class Round:
-    kind: str
-    requests_per_s: float
-
-
-def start_server(kind: str, data_dir: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    command = [sys.executable, "-c", SERVE, kind, str(port), str(data_dir)]
-    process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1])
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/", timeout=1).status_code == 200:
-                return process, url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    process.kill()
-    raise RuntimeError(f"{kind} server did not start")
 
 
 async def measure(url: str, *, seconds: float, connections: int, headers: dict) -> float:
@@ -102,9 +82,18 @@ def main() -> int:
     headers = {f"X-Bench-{i}": "v" * 32 for i in range(args.headers)}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-head-") as tmp:
-        servers = {kind: start_server(kind, Path(tmp) / "data") for kind in ("stock", "limited")}
+        servers = {kind: start_server(SERVE, kind, Path(tmp) / "data") for kind in KINDS}
         try:
-            rounds = run_rounds(servers, args, headers)
+            rounds = run_rounds(
+                KINDS,
+                args.rounds,
+                lambda kind: measure(
+                    servers[kind][1],
+                    seconds=args.seconds,
+                    connections=args.connections,
+                    headers=headers,
+                ),
+            )
         finally:
             for process, _ in servers.values():
                 process.terminate()
@@ -114,29 +103,7 @@ def main() -> int:
     return 0
 
 
-def run_rounds(servers, args, headers) -> list[Round]:
-    rounds = []
-    for number in range(args.rounds):
-        # Alternate which side goes first, so a trend in other load does not favour one.
-        for kind in ("stock", "limited") if number % 2 == 0 else ("limited", "stock"):
-            rate = asyncio.run(
-                measure(
-                    servers[kind][1],
-                    seconds=args.seconds,
-                    connections=args.connections,
-                    headers=headers,
-                )
-            )
-            print(f"round {number + 1}/{args.rounds} {kind}: {rate:,.0f} req/s", file=sys.stderr)
-            rounds.append(Round(kind, rate))
-    return rounds
-
-
 def print_report(rounds: list[Round], args, machine: dict, load_before) -> None:
-    best = {
-        kind: max(r.requests_per_s for r in rounds if r.kind == kind)
-        for kind in ("stock", "limited")
-    }
     lines = report_header(
         machine,
         command=shlex.join([sys.executable, *sys.argv]),
@@ -144,30 +111,8 @@ def print_report(rounds: list[Round], args, machine: dict, load_before) -> None:
         load_before=tuple(round(x, 2) for x in load_before),
         load_after=tuple(round(x, 2) for x in os.getloadavg()),
     )
-    lines += [
-        "",
-        "| protocol | best req/s | every round |",
-        "|---|---|---|",
-    ]
-    for kind in ("stock", "limited"):
-        every = ", ".join(f"{r.requests_per_s:,.0f}" for r in rounds if r.kind == kind)
-        lines.append(f"| {kind} | {best[kind]:,.0f} | {every} |")
-    paired = sorted(_round_ratios(rounds))
-    lines.append(
-        f"\nratio limited / stock: best rounds {best['limited'] / best['stock']:.3f}; per round "
-        f"(same round, adjacent runs) median {statistics.median(paired):.3f}, "
-        f"range {paired[0]:.3f}-{paired[-1]:.3f}"
-    )
+    lines += ["", *rate_rows(rounds, KINDS, "protocol"), "", ratio_line(rounds, *KINDS)]
     print("\n".join(lines))
-
-
-def _round_ratios(rounds: list[Round]) -> list[float]:
-    """limited / stock of each round (runs are recorded in pairs, one round after another)."""
-    ratios = []
-    for first, second in zip(rounds[::2], rounds[1::2], strict=True):
-        rate = {first.kind: first.requests_per_s, second.kind: second.requests_per_s}
-        ratios.append(rate["limited"] / rate["stock"])
-    return ratios
 
 
 if __name__ == "__main__":

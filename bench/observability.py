@@ -27,16 +27,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.paired_servers import (  # noqa: E402
+    Round,
+    rate_rows,
+    ratio_line,
+    run_rounds,
+    start_server,
+)
 from bench.produce_fetch import machine_info, report_header  # noqa: E402
 from bench.raw_http import RawConnection  # noqa: E402
-from tests.gateway_process import free_port  # noqa: E402
 
 KINDS = ("bare", "observed")
 PARTITIONS = 4
@@ -54,29 +59,13 @@ uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 """
 
 
-@dataclass(frozen=True)
-class Round:
-    kind: str
-    requests_per_s: float
-
-
-def start_server(kind: str, data_dir: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    command = [sys.executable, "-c", SERVE, kind, str(port), str(data_dir)]
-    process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1])
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/", timeout=1).status_code == 200:
-                topic = {"topic_name": "bench", "partitions_count": PARTITIONS}
-                created = httpx.post(f"{url}/v3/clusters/lakelog/topics", json=topic, timeout=30)
-                assert created.status_code == 201, created.text
-                return process, url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    process.kill()
-    raise RuntimeError(f"{kind} server did not start")
+def start_gateway(kind: str, data_dir: Path) -> tuple[subprocess.Popen, str]:
+    """A server with the `bench` topic."""
+    process, url = start_server(SERVE, kind, data_dir)
+    topic = {"topic_name": "bench", "partitions_count": PARTITIONS}
+    created = httpx.post(f"{url}/v3/clusters/lakelog/topics", json=topic, timeout=30)
+    assert created.status_code == 201, created.text
+    return process, url
 
 
 def produce_body(records: int) -> bytes:
@@ -135,10 +124,16 @@ def main() -> int:
     args = parser.parse_args()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-observability-") as tmp:
-        servers = {kind: start_server(kind, Path(tmp) / kind) for kind in KINDS}
+        servers = {kind: start_gateway(kind, Path(tmp) / kind) for kind in KINDS}
         try:
             body = produce_body(args.records) if args.workload == "produce" else None
-            rounds = run_rounds(servers, args, body)
+            rounds = run_rounds(
+                KINDS,
+                args.rounds,
+                lambda kind: measure(
+                    servers[kind][1], seconds=args.seconds, connections=args.connections, body=body
+                ),
+            )
             scrape = scrape_ms(servers["observed"][1])
         finally:
             for process, _ in servers.values():
@@ -149,23 +144,7 @@ def main() -> int:
     return 0
 
 
-def run_rounds(servers, args, body: bytes | None) -> list[Round]:
-    rounds = []
-    for number in range(args.rounds):
-        # Alternate which side goes first, so a trend in other load does not favour one.
-        for kind in KINDS if number % 2 == 0 else tuple(reversed(KINDS)):
-            rate = asyncio.run(
-                measure(
-                    servers[kind][1], seconds=args.seconds, connections=args.connections, body=body
-                )
-            )
-            print(f"round {number + 1}/{args.rounds} {kind}: {rate:,.0f} req/s", file=sys.stderr)
-            rounds.append(Round(kind, rate))
-    return rounds
-
-
 def print_report(rounds: list[Round], scrape, args, machine: dict, load_before) -> None:
-    best = {kind: max(r.requests_per_s for r in rounds if r.kind == kind) for kind in KINDS}
     lines = report_header(
         machine,
         command=shlex.join([sys.executable, *sys.argv]),
@@ -178,27 +157,16 @@ def print_report(rounds: list[Round], scrape, args, machine: dict, load_before) 
         load_before=tuple(round(x, 2) for x in load_before),
         load_after=tuple(round(x, 2) for x in os.getloadavg()),
     )
-    lines += ["", "| gateway | best req/s | every round |", "|---|---|---|"]
-    for kind in KINDS:
-        every = ", ".join(f"{r.requests_per_s:,.0f}" for r in rounds if r.kind == kind)
-        lines.append(f"| {kind} | {best[kind]:,.0f} | {every} |")
-    paired = sorted(_round_ratios(rounds))
     metrics_ms, health_ms, size = scrape
     lines += [
-        f"\nratio observed / bare: best rounds {best['observed'] / best['bare']:.3f}; per round "
-        f"median {statistics.median(paired):.3f}, range {paired[0]:.3f}-{paired[-1]:.3f}",
+        "",
+        *rate_rows(rounds, KINDS, "gateway"),
+        "",
+        ratio_line(rounds, *KINDS),
         f"GET /metrics after the rounds: median {metrics_ms:.2f} ms for {size:,} bytes; "
         f"GET / median {health_ms:.2f} ms (ratio {metrics_ms / health_ms:.1f})",
     ]
     print("\n".join(lines))
-
-
-def _round_ratios(rounds: list[Round]) -> list[float]:
-    ratios = []
-    for first, second in zip(rounds[::2], rounds[1::2], strict=True):
-        rate = {first.kind: first.requests_per_s, second.kind: second.requests_per_s}
-        ratios.append(rate["observed"] / rate["bare"])
-    return ratios
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import pytest
 from tests.browser import Browser, Page
 from tests.gateway_process import start_gateway
 from tests.integration.helpers import V3, b64, create_topic, produce
+from tests.integration.test_cluster import wait_for
 from tests.security.helpers import AUTH_ENV, add_acl, bearer, make_keys
 
 pytestmark = pytest.mark.gateway
@@ -105,13 +106,6 @@ def shoot(page: Page, name: str, tmp_path: Path) -> None:
     target = Path(os.environ.get("LAKELOG_SCREENSHOT_DIR") or tmp_path)
     page.screenshot(target / f"console-{name}.png")
     assert (target / f"console-{name}.png").stat().st_size > 10_000
-
-
-def wait_until(predicate, what: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def rows_ready(selector: str, count: int = 1) -> str:
@@ -251,13 +245,10 @@ def test_nodes_and_maintenance_pages(shop, page, tmp_path):
     shoot(page, "nodes", tmp_path)
 
     # retention (every 500 ms) removes the three expired records, the change is listed
-    wait_until(
-        lambda: (
-            client.get("/topics/clickstream-expired/partitions/0/offsets").json()[
-                "beginning_offset"
-            ]
-            == 3
-        ),
+    expired = "/topics/clickstream-expired/partitions/0/offsets"
+    wait_for(
+        lambda: client.get(expired).json()["beginning_offset"] == 3,
+        30,
         "retention to remove the expired segment",
     )
     open_console(page, gateway.url, "/maintenance", rows_ready("#runs"))
@@ -287,8 +278,8 @@ def secured(tmp_path_factory):
     add_acl(admin, "User:viewer", "DESCRIBE", "visible")
     add_acl(admin, "User:viewer", "DESCRIBE_CONFIGS", "visible")
     viewer = bearer(gateway.url, keys["viewer"])
-    wait_until(  # the gateway's ACL cache picks them up
-        lambda: viewer.get(f"{V3}/topics/visible").status_code == 200, "the viewer's ACLs"
+    wait_for(  # the gateway's ACL cache picks them up
+        lambda: viewer.get(f"{V3}/topics/visible").status_code == 200, 30, "the viewer's ACLs"
     )
     viewer.close()
     yield gateway, keys

@@ -209,14 +209,35 @@ def test_unknown_cluster_is_404(client):
 # ---- several nodes -------------------------------------------------------------------------
 
 
+# Lag sampled often, so that the lag history test sees samples within seconds.
+NODE_ENV = {"LAKELOG_LAG_SAMPLE_INTERVAL_MS": "200"}
+
+
 @pytest.fixture
 def two_nodes(tmp_path):
-    nodes = [start_gateway(tmp_path / "data", env={"LAKELOG_NODE_ID": str(n)}) for n in (0, 1)]
+    nodes = [
+        start_gateway(tmp_path / "data", env={**NODE_ENV, "LAKELOG_NODE_ID": str(n)})
+        for n in (0, 1)
+    ]
     yield nodes
     for node in nodes:
         if node.process.poll() is None:
             os.kill(node.process.pid, signal.SIGCONT)
         node.stop()
+
+
+@pytest.fixture
+def clients(two_nodes):
+    """A client per node, once both nodes see each other."""
+    opened = [httpx.Client(base_url=node.url, timeout=30) for node in two_nodes]
+    wait_for(
+        lambda: all(len(c.get("/brokers").json()["brokers"]) == 2 for c in opened),
+        30,
+        "both nodes to see each other",
+    )
+    yield opened
+    for c in opened:
+        c.close()
 
 
 def wait_for(predicate, timeout_s: float, what: str) -> None:
@@ -228,93 +249,67 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
-def test_any_node_lists_and_describes_groups_coordinated_elsewhere(two_nodes):
+def test_any_node_lists_and_describes_groups_coordinated_elsewhere(two_nodes, clients):
     """A group whose only trace is a member on its coordinator is listed by both nodes; group
     routes on the other node are forwarded; a node that stops answering is skipped."""
-    clients = [httpx.Client(base_url=node.url, timeout=30) for node in two_nodes]
-    try:
-        wait_for(
-            lambda: all(len(c.get("/brokers").json()["brokers"]) == 2 for c in clients),
-            30,
-            "both nodes to see each other",
-        )
-        create_topic(clients[0], "events")
-        group = "spread-group"
-        subscribe(clients[1], new_consumer(clients[1], group, "c1"), ["events"])
-        coordinator = clients[0].get(f"/groups/{group}").json()["coordinator"]
-        for c in clients:
-            listed = get_ok(c, f"{V3}/consumer-groups")["data"]
-            assert [(g["consumer_group_id"], g["state"]) for g in listed] == [(group, "STABLE")]
-            assert listed[0]["coordinator"]["related"].endswith(f"/brokers/{coordinator}")
-            assert len(get_ok(c, f"{V3}/consumer-groups/{group}/consumers")["data"]) == 1
+    create_topic(clients[0], "events")
+    group = "spread-group"
+    subscribe(clients[1], new_consumer(clients[1], group, "c1"), ["events"])
+    coordinator = clients[0].get(f"/groups/{group}").json()["coordinator"]
+    for c in clients:
+        listed = get_ok(c, f"{V3}/consumer-groups")["data"]
+        assert [(g["consumer_group_id"], g["state"]) for g in listed] == [(group, "STABLE")]
+        assert listed[0]["coordinator"]["related"].endswith(f"/brokers/{coordinator}")
+        assert len(get_ok(c, f"{V3}/consumer-groups/{group}/consumers")["data"]) == 1
 
-        other = 1 - coordinator
-        os.kill(two_nodes[coordinator].process.pid, signal.SIGSTOP)
-        started = time.monotonic()
-        listed = get_ok(clients[other], f"{V3}/consumer-groups")["data"]
-        assert time.monotonic() - started < 15
-        assert listed == []  # its groups live on the stopped node only
-    finally:
-        for c in clients:
-            c.close()
+    other = 1 - coordinator
+    os.kill(two_nodes[coordinator].process.pid, signal.SIGSTOP)
+    started = time.monotonic()
+    listed = get_ok(clients[other], f"{V3}/consumer-groups")["data"]
+    assert time.monotonic() - started < 15
+    assert listed == []  # its groups live on the stopped node only
 
 
-def test_lag_history_and_metrics_cover_partitions_led_by_other_nodes(tmp_path):
+def test_lag_history_and_metrics_cover_partitions_led_by_other_nodes(clients):
     """The coordinator samples the lag of every committed partition, those led by the other
     node too: the console's history grows with the log, and /metrics has every partition."""
-    env = {"LAKELOG_LAG_SAMPLE_INTERVAL_MS": "200"}
-    nodes = [
-        start_gateway(tmp_path / "data", env={**env, "LAKELOG_NODE_ID": str(n)}) for n in (0, 1)
-    ]
-    clients = [httpx.Client(base_url=node.url, timeout=30) for node in nodes]
-    try:
-        wait_for(
-            lambda: all(len(c.get("/brokers").json()["brokers"]) == 2 for c in clients),
-            30,
-            "both nodes to see each other",
-        )
-        create_topic(clients[0], "watched", partitions=4)
-        for partition in range(4):
-            produce_values(clients[0], "watched", partition, 10)
-        group = "watchers"
-        commit_v2(
-            clients[1], new_consumer(clients[1], group, "c1"), "watched", dict.fromkeys(range(4), 3)
-        )
-        coordinator = clients[0].get(f"/groups/{group}").json()["coordinator"]
-        leaders = {
-            p["partition"]: p["leader"] for p in get_ok(clients[0], "/topics/watched/partitions")
-        }
-        assert set(leaders.values()) == {0, 1}  # some partitions are led by the other node
+    create_topic(clients[0], "watched", partitions=4)
+    for partition in range(4):
+        produce_values(clients[0], "watched", partition, 10)
+    group = "watchers"
+    commit_v2(
+        clients[1], new_consumer(clients[1], group, "c1"), "watched", dict.fromkeys(range(4), 3)
+    )
+    coordinator = clients[0].get(f"/groups/{group}").json()["coordinator"]
+    leaders = {
+        p["partition"]: p["leader"] for p in get_ok(clients[0], "/topics/watched/partitions")
+    }
+    assert set(leaders.values()) == {0, 1}  # some partitions are led by the other node
 
-        history_path = f"{V3}/consumer-groups/{group}/lag-history"
+    history_path = f"{V3}/consumer-groups/{group}/lag-history"
 
-        def latest_total() -> int | None:
-            samples = get_ok(clients[1 - coordinator], history_path)["samples"]  # forwarded
-            return samples[-1]["total_lag"] if samples else None
+    def latest_total() -> int | None:
+        samples = get_ok(clients[1 - coordinator], history_path)["samples"]  # forwarded
+        return samples[-1]["total_lag"] if samples else None
 
-        wait_for(lambda: latest_total() == 4 * 6, 30, "a sample with a lag of 6 per partition")
-        produce_values(clients[0], "watched", 0, 5)
-        wait_for(lambda: latest_total() == 4 * 6 + 5, 30, "a sample with the 5 new records")
-        body = get_ok(clients[coordinator], history_path)
-        assert body["interval_ms"] == 200
-        assert len(body["samples"]) >= 2
-        last = body["samples"][-1]
-        assert last["max_lag"] == 11
-        assert sorted((p["partition_id"], p["lag"]) for p in last["partitions"]) == [
-            (0, 11), (1, 6), (2, 6), (3, 6)
-        ]  # fmt: skip
+    wait_for(lambda: latest_total() == 4 * 6, 30, "a sample with a lag of 6 per partition")
+    produce_values(clients[0], "watched", 0, 5)
+    wait_for(lambda: latest_total() == 4 * 6 + 5, 30, "a sample with the 5 new records")
+    body = get_ok(clients[coordinator], history_path)
+    assert body["interval_ms"] == 200
+    assert len(body["samples"]) >= 2
+    last = body["samples"][-1]
+    assert last["max_lag"] == 11
+    assert sorted((p["partition_id"], p["lag"]) for p in last["partitions"]) == [
+        (0, 11), (1, 6), (2, 6), (3, 6)
+    ]  # fmt: skip
 
-        found = samples(clients[coordinator])
-        lags = {
-            int(labels["partition"]): lag
-            for (name, label_items), lag in found.items()
-            for labels in [dict(label_items)]
-            if name == "lakelog_consumer_group_lag" and labels.get("group") == group
-        }
-        assert lags == {0: 11, 1: 6, 2: 6, 3: 6}
-        assert_error(clients[0].get(f"{V3}/consumer-groups/no-such-group/lag-history"), 404, 40405)
-    finally:
-        for c in clients:
-            c.close()
-        for node in nodes:
-            node.stop()
+    found = samples(clients[coordinator])
+    lags = {
+        int(labels["partition"]): lag
+        for (name, label_items), lag in found.items()
+        for labels in [dict(label_items)]
+        if name == "lakelog_consumer_group_lag" and labels.get("group") == group
+    }
+    assert lags == {0: 11, 1: 6, 2: 6, 3: 6}
+    assert_error(clients[0].get(f"{V3}/consumer-groups/no-such-group/lag-history"), 404, 40405)
