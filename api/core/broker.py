@@ -148,7 +148,6 @@ class Broker:
             fault_point=self.settings.fault_point,
         )
         metrics.PARTITIONS_LED.set_function(self.leaders.led_count)
-        metrics.GROUP_LAG.source = self.group_lags_led_here
         self._http = httpx.AsyncClient(
             timeout=self.settings.forward_timeout_ms / 1000,
             verify=node_tls.client_verify(self.settings),
@@ -764,19 +763,6 @@ class Broker:
                 leader_id=route.leader_id,
             )
         return result
-
-    def group_lags_led_here(self) -> list[tuple[str, str, int, int]]:
-        """The lag of the groups coordinated here on the partitions led here, whose last
-        stable offset this node knows exactly and without waiting (the metrics' freshest)."""
-        if self.groups is None:
-            return []
-        lags = []
-        for group_id, tp, offset in self.groups.committed_here():
-            writer = self.leaders.writer_here(tp.topic, tp.partition)
-            if writer is not None:
-                end = writer.log.last_stable_offset()
-                lags.append((group_id, tp.topic, tp.partition, max(0, end - offset)))
-        return lags
 
     def commit_events(self, partitions: Sequence[tuple[str, int]]) -> list[asyncio.Event]:
         """Events the next commit of each partition this node leads will set. Take them

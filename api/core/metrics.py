@@ -131,12 +131,13 @@ JOB_BYTES_REMOVED = Counter(
 )
 
 
-# (group, topic, partition, lag) of the committed offsets this node can compare cheaply
+# (group, topic, partition, lag) of the committed offsets of the groups this node coordinates,
+# without I/O (the lag history's latest sample)
 LagSource = Callable[[], Iterable[tuple[str, str, int, int]]]
 
 
 class _GroupLag(Collector):
-    """`lakelog_consumer_group_lag`, computed at each scrape from the node's own state."""
+    """`lakelog_consumer_group_lag`, read at each scrape from the node's own state."""
 
     def __init__(self) -> None:
         self.source: LagSource = lambda: ()
@@ -145,8 +146,8 @@ class _GroupLag(Collector):
         family = GaugeMetricFamily(
             "lakelog_consumer_group_lag",
             "Offsets between a group's committed offset and the partition's last stable "
-            "offset, for the groups this node coordinates and the partitions whose end it "
-            "knows without I/O (those it leads, those it has read as a follower).",
+            "offset, for every committed partition of the groups this node coordinates (the "
+            "latest lag sample).",
             labels=["group", "topic", "partition"],
         )
         for group, topic, partition, lag in self.source():

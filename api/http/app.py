@@ -82,7 +82,6 @@ def create_app(
             broker,
             interval_ms=settings.lag_sample_interval_ms,
             samples_max=settings.lag_history_samples,
-            led_here=broker.group_lags_led_here,
         )
         app.state.lag_history = lag_history
         GROUP_LAG.source = lag_history.current_lags

@@ -1,6 +1,5 @@
 """Consumer-group lag over time, sampled on each group's coordinator: the web console's lag
-chart (`GET .../consumer-groups/{g}/lag-history`) and the metrics' lag for partitions whose end
-this node does not know without asking (neither led nor read here).
+chart (`GET .../consumer-groups/{g}/lag-history`) and the lag metric (its latest sample).
 
 Every `lag_sample_interval_ms` the node looks up, once per partition, the last stable offset of
 every partition that a group it coordinates has a committed offset for, and keeps the last
@@ -15,7 +14,6 @@ import asyncio
 import logging
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from api.core.broker import Broker
@@ -23,9 +21,6 @@ from api.http.group_lag import UNREACHABLE, log_end_offsets
 from storage_layout.records import TopicPartition
 
 log = logging.getLogger(__name__)
-
-GroupLags = Iterable[tuple[str, str, int, int]]  # (group, topic, partition, lag)
-
 
 @dataclass(frozen=True, slots=True)
 class LagSample:
@@ -53,29 +48,24 @@ class LagHistory:
         *,
         interval_ms: int,
         samples_max: int,
-        led_here: Callable[[], GroupLags] = lambda: (),
     ) -> None:
         self.interval_ms = interval_ms
         self._broker = broker
         self._samples_max = samples_max
-        self._led_here = led_here
         self._history: dict[str, deque[LagSample]] = {}
 
     def samples(self, group_id: str) -> list[LagSample]:
         return list(self._history.get(group_id, ()))
 
     def current_lags(self) -> list[tuple[str, str, int, int]]:
-        """The metrics' lag: the latest sample of each group, overlaid by the lags of the
-        partitions this node leads (their end is exact and current here)."""
-        lags = {
-            (group_id, tp.topic, tp.partition): lag
-            for group_id, history in self._history.items()
+        """The metrics' lag: the latest sample of each group (a scrape does no I/O; the
+        sample is at most one interval old)."""
+        return [
+            (group_id, tp.topic, tp.partition, lag)
+            for group_id, history in sorted(self._history.items())
             if history
             for tp, lag in history[-1].lags
-        }
-        for group_id, topic, partition, lag in self._led_here():
-            lags[(group_id, topic, partition)] = lag
-        return [(*key, lag) for key, lag in sorted(lags.items())]
+        ]
 
     async def sample_forever(self) -> None:
         while True:

@@ -10,6 +10,7 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.helpers import b64, create_topic, produce
+from tests.integration.test_cluster import wait_for
 
 pytestmark = pytest.mark.gateway
 
@@ -78,8 +79,12 @@ def test_group_lag_and_rebalances(kafka_gateway, topic_name):
     path = f"/consumers/{group}/instances/c1"
     assert client.post(f"{path}/subscription", json=subscription).status_code == 204
     client.get(f"{path}/records", params={"timeout": 500})  # joins: a rebalance completes
+    labels = {"group": group, "topic": topic_name, "partition": "0"}
+    wait_for(  # the next lag sample
+        lambda: value(samples(client), "lakelog_consumer_group_lag", **labels) > 0, 30, "a sample"
+    )
     after = samples(client)
-    lag = value(after, "lakelog_consumer_group_lag", group=group, topic=topic_name, partition="0")
+    lag = value(after, "lakelog_consumer_group_lag", **labels)
     assert lag == 3  # committed 2 of 5
     assert value(after, "lakelog_group_rebalances_total") > before
     client.delete(path)
