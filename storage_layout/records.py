@@ -175,8 +175,6 @@ class PartitionBounds:
     log_start_offset: int
     high_watermark: int
     last_stable_offset: int | None = None
-    # Where asked for: the Parquet bytes of the partition's live data files.
-    size_bytes: int | None = None
 
     def end_offset(self, isolation: Isolation) -> int:
         """Where a reader of `isolation` ends: the last stable offset for committed reads."""

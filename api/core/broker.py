@@ -467,6 +467,15 @@ class Broker:
             return await self._blocking(writer.log.stable_bounds)
         return writer.log.bounds()
 
+    async def partition_size_bytes(self, topic_name: str, partition: int) -> int:
+        """The Parquet bytes of the partition's live files, from the leader's snapshot.
+
+        Raises:
+            NotLeader: another node leads the partition (routes proxy to it first).
+        """
+        (await self.topic(topic_name)).check_partition(partition)
+        return (await self.leaders.writer(topic_name, partition)).log.size_bytes()
+
     async def delete_records(self, topic_name: str, partition: int, offset: int) -> int:
         """Kafka's DeleteRecords on the partition's leader: the log starts at `offset` (-1:
         the high watermark) once this returns; returns the new log start.

@@ -64,11 +64,8 @@ async def fetch_items(
     if answer.status_code == 416:
         remote = await bounds(broker, topic, partition)
         raise OffsetOutOfRange(offset, remote.log_start_offset, remote.high_watermark)
-    items = _ok(answer, url)
     next_offset = answer.headers.get(NEXT_OFFSET_HEADER)
-    if next_offset is None and items:  # a node that does not send it: past the last record
-        return FetchedItems(items, items[-1]["offset"] + 1)
-    return FetchedItems(items, int(next_offset) if next_offset else None)
+    return FetchedItems(_ok(answer, url), int(next_offset) if next_offset else None)
 
 
 async def bounds(broker: Broker, topic: str, partition: int) -> PartitionBounds:
@@ -78,10 +75,7 @@ async def bounds(broker: Broker, topic: str, partition: int) -> PartitionBounds:
         return await broker.partition_bounds(topic, partition, stable=True)
     body = _ok(await _get(broker, f"{url}/topics/{topic}/partitions/{partition}/offsets"), url)
     return PartitionBounds(
-        body["beginning_offset"],
-        body["end_offset"],
-        body.get("last_stable_offset"),
-        body.get("size_bytes"),
+        body["beginning_offset"], body["end_offset"], body.get("last_stable_offset")
     )
 
 

@@ -262,14 +262,14 @@ class DeltaPartitionLog:
         return PartitionBounds(snapshot.log_start_offset, snapshot.high_watermark)
 
     def stable_bounds(self) -> PartitionBounds:
-        """bounds() with the last stable offset (may read files newer than the index) and
-        the size of the live data files."""
+        """bounds() with the last stable offset (may read files newer than the index)."""
         snapshot = self._snapshot
         stable = self.last_stable_offset(snapshot)
-        size_bytes = sum(f.size_bytes for f in snapshot.files)
-        return PartitionBounds(
-            snapshot.log_start_offset, snapshot.high_watermark, stable, size_bytes
-        )
+        return PartitionBounds(snapshot.log_start_offset, snapshot.high_watermark, stable)
+
+    def size_bytes(self) -> int:
+        """The Parquet bytes of the partition's live data files (no I/O)."""
+        return sum(f.size_bytes for f in self._snapshot.files)
 
     def last_stable_offset(self, snapshot: LogSnapshot | None = None) -> int:
         """Where read_committed readers of `snapshot` (default: the loaded one) end."""

@@ -89,7 +89,7 @@ async def get_partition_offsets(
         # transaction is open)
         "last_stable_offset": bounds.last_stable_offset,
         # lakelog extension: the Parquet bytes of the partition's live data files
-        "size_bytes": bounds.size_bytes,
+        "size_bytes": await broker.partition_size_bytes(topic, partition),
     }
     if timestamp is not None:
         body["timestamp_offset"] = await broker.offset_for_timestamp(topic, partition, timestamp)
