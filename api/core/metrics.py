@@ -7,7 +7,9 @@ Kafka APIs served, `status` and `error_code` by the codes the gateway answers wi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -180,22 +182,66 @@ class _StoreRequests(Collector):
 REGISTRY.register(_StoreRequests())
 
 
+# Label lookups take a lock and build a key: the hot paths bind each series once. Every cache
+# below is as bounded as its labels.
+
+
+class _TopicSeries(NamedTuple):
+    produced_records: Counter
+    produced_bytes: Counter
+    fetched_records: Counter
+    fetched_bytes: Counter
+
+
+@functools.cache
+def _topic_series(topic: str) -> _TopicSeries:
+    metrics = (PRODUCED_RECORDS, PRODUCED_BYTES, FETCHED_RECORDS, FETCHED_BYTES)
+    return _TopicSeries(*(metric.labels(topic) for metric in metrics))
+
+
+@functools.cache
+def _http_series(route: str, method: str, status: int) -> tuple:
+    count = HTTP_REQUESTS.labels(route, method, str(status))
+    return count, HTTP_REQUEST_SECONDS.labels(route, method)
+
+
+@functools.cache
+def _kafka_series(api: str) -> tuple:
+    return KAFKA_REQUESTS.labels(api), KAFKA_REQUEST_SECONDS.labels(api)
+
+
 def record_commit(topic: str, records: int, size_bytes: int, seconds: float) -> None:
     """One group commit of `records` records to a partition of `topic`."""
-    PRODUCED_RECORDS.labels(topic).inc(records)
-    PRODUCED_BYTES.labels(topic).inc(size_bytes)
+    series = _topic_series(topic)
+    series.produced_records.inc(records)
+    series.produced_bytes.inc(size_bytes)
     COMMIT_SECONDS.observe(seconds)
     COMMIT_RECORDS.observe(records)
 
 
 def record_fetch(topic: str, records: int, size_bytes: int) -> None:
     if records:
-        FETCHED_RECORDS.labels(topic).inc(records)
-        FETCHED_BYTES.labels(topic).inc(size_bytes)
+        series = _topic_series(topic)
+        series.fetched_records.inc(records)
+        series.fetched_bytes.inc(size_bytes)
+
+
+def record_http_request(route: str, method: str, status: int, seconds: float) -> None:
+    """One HTTP answer (`route`: the route template; `method`: one of a bounded set)."""
+    count, latency = _http_series(route, method, status)
+    count.inc()
+    latency.observe(seconds)
+
+
+def record_kafka_request(api: str, seconds: float) -> None:
+    count, latency = _kafka_series(api)
+    count.inc()
+    latency.observe(seconds)
 
 
 def forget_topic(topic: str) -> None:
     """A deleted topic's series go (label values stay bounded by the topics that exist)."""
+    _topic_series.cache_clear()  # a topic made again under the name gets new series
     for metric in (PRODUCED_RECORDS, PRODUCED_BYTES, FETCHED_RECORDS, FETCHED_BYTES):
         try:
             metric.remove(topic)

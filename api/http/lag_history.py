@@ -22,6 +22,7 @@ from storage_layout.records import TopicPartition
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True, slots=True)
 class LagSample:
     """The lag of each committed partition of one group at `time_ms`. `partial`: some

@@ -9,7 +9,6 @@ the produce and fetch paths, not two):
 
 from __future__ import annotations
 
-import functools
 import time
 
 from api.core import metrics
@@ -48,16 +47,6 @@ class RequestMiddleware:
         finally:
             route = getattr(scope.get("route"), "path", None) or UNMATCHED
             method = scope.get("method", "")
-            count, latency = _series(route, method if method in METHODS else OTHER, status)
-            count.inc()
-            latency.observe(time.monotonic() - started)
-
-
-@functools.cache
-def _series(route: str, method: str, status: int):
-    """The request counter and latency histogram of one (route, method, status): looked up
-    once, not on every request (the label values are bounded, so is this cache)."""
-    return (
-        metrics.HTTP_REQUESTS.labels(route, method, str(status)),
-        metrics.HTTP_REQUEST_SECONDS.labels(route, method),
-    )
+            metrics.record_http_request(
+                route, method if method in METHODS else OTHER, status, time.monotonic() - started
+            )

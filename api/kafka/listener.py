@@ -206,8 +206,7 @@ class KafkaListener:
             admitted.set()
         started = time.monotonic()
         body = await api.handler(connection, request, version)
-        metrics.KAFKA_REQUESTS.labels(api.name).inc()
-        metrics.KAFKA_REQUEST_SECONDS.labels(api.name).observe(time.monotonic() - started)
+        metrics.record_kafka_request(api.name, time.monotonic() - started)
         if body is None:
             return None  # acks=0
         return messages.response_frame(api_key, version, correlation_id, body)
