@@ -184,8 +184,16 @@ def _retriable_as_503(error: Exception, status: tuple[int, int]) -> tuple[int, i
 
 
 def error_body(error_code: int, message: str) -> dict:
-    metrics.HTTP_ERRORS.labels(str(error_code)).inc()  # every error answer builds its body here
+    """Confluent's error body: of every error answer (handlers, the body limit, refused
+    request heads) and of a v3 produce report's failed record. Counted by code."""
+    count_error(error_code)
     return {"error_code": error_code, "message": message}
+
+
+def count_error(error_code: int) -> None:
+    """An error answered (`lakelog_http_errors`): per answer, and per failed record of a
+    produce report."""
+    metrics.HTTP_ERRORS.labels(str(error_code)).inc()
 
 
 def error_response(error: Exception, *, v3: bool = False) -> Response:

@@ -20,6 +20,8 @@ from http import HTTPStatus
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from api.http.errors import error_body
+
 logger = logging.getLogger("lakelog.http")
 SWEEP_INTERVAL_S = 0.5  # head timeouts are enforced to within this
 
@@ -194,7 +196,7 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         logger.warning("refused a request head from %s: %s", self.client, refusal.message)
-        body = orjson.dumps({"error_code": refusal.status.value, "message": refusal.message})
+        body = orjson.dumps(error_body(refusal.status.value, refusal.message))
         status = refusal.status
         lines = [f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode("ascii")]
         lines += [

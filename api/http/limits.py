@@ -12,6 +12,8 @@ import re
 
 import orjson
 
+from api.http.errors import error_body
+
 # Deepest nesting of arrays/objects in a request JSON document (a produce body counts its own
 # envelope: `{"records": [{"value": ...}]}` is depth 3 before the value). Beyond it a document is
 # refused with 422 42213 before any record is encoded: orjson refuses to encode past 254 levels
@@ -73,12 +75,11 @@ class BodyLimitMiddleware:
 
     async def _reject(self, send) -> None:
         body = orjson.dumps(
-            {
-                "error_code": 413,
-                "message": f"The request body is larger than the gateway's limit of "
-                f"{self.bytes_max} bytes (LAKELOG_REQUEST_BYTES_MAX); send fewer records per "
-                f"request.",
-            }
+            error_body(
+                413,
+                f"The request body is larger than the gateway's limit of {self.bytes_max} bytes "
+                f"(LAKELOG_REQUEST_BYTES_MAX); send fewer records per request.",
+            )
         )
         headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
         headers.append((b"content-length", str(len(body)).encode()))

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from api.core.records import RecordAck, RecordQueued
 from api.http import access
 from api.http.deps import BrokerDep
-from api.http.errors import JSON_TYPE, PER_RECORD_CODES, status_for
+from api.http.errors import JSON_TYPE, PER_RECORD_CODES, count_error, status_for
 from api.http.wire import (
     ACKS_DESCRIPTION,
     ACKS_PATTERN,
@@ -140,6 +140,7 @@ def _offset_entry(result: RecordAck | RecordQueued | Exception) -> dict:
     code = status_for(result)[1]
     if code not in PER_RECORD_CODES:
         code = 50003 if getattr(result, "retriable", False) else 50002
+    count_error(code)
     return {"partition": None, "offset": None, "error_code": code, "error": str(result)}
 
 
