@@ -50,13 +50,14 @@ from pipeline.read import EARLIEST, LATEST, kafka_schema, parse_offsets, resolve
 from storage_layout import paths, store
 from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog, LogSnapshot
+from storage_layout.log.arrow_records import PLAIN_READ_COLUMNS, PLAIN_READ_SCHEMA
 from storage_layout.log.transaction_index import (
     AbortedTransaction,
     TransactionIndex,
     aborted_mask,
 )
 from storage_layout.records import Isolation
-from storage_layout.schema import FILE_SCHEMA, RECORD_COLUMNS
+from storage_layout.schema import FILE_SCHEMA
 
 SOURCE_NAME = "lakelog"
 RECORDS_PER_SPLIT = 1_000_000
@@ -393,12 +394,10 @@ def _split(
 # ---- reading (executors) ---------------------------------------------------------------------
 
 
-# The records and `control`, which tells transaction markers apart (FORMAT.md §14): they are not
-# records to Spark's Kafka source either. Older files lack it; the scan reads it as null.
-_READ_COLUMNS = [*RECORD_COLUMNS, "control"]
-_READ_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in _READ_COLUMNS])
-# read_committed splits with aborted transactions also need to tell whose records they are.
-_COMMITTED_COLUMNS = [*_READ_COLUMNS, "producer_id", "transactional"]
+# The records and `control` (transaction markers are not records to Spark's Kafka source
+# either, FORMAT.md §14); read_committed splits with aborted transactions also need to tell
+# whose records they are.
+_COMMITTED_COLUMNS = [*PLAIN_READ_COLUMNS, "producer_id", "transactional"]
 _COMMITTED_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in _COMMITTED_COLUMNS])
 
 
@@ -410,7 +409,7 @@ def read_split(split: OffsetSplit, *, include_headers: bool) -> Iterator[pa.Reco
         return  # no split at all (nothing in range): Spark still runs one empty task
     store.adopt(dict(split.storage_options))
     table_store = store.open_store(split.table_uri)
-    columns, schema = _READ_COLUMNS, _READ_SCHEMA
+    columns, schema = PLAIN_READ_COLUMNS, PLAIN_READ_SCHEMA
     if split.aborted:
         columns, schema = _COMMITTED_COLUMNS, _COMMITTED_SCHEMA
     for piece in split.files:

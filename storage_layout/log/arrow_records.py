@@ -30,6 +30,11 @@ ProducerColumns = Sequence[tuple[int, int, int] | tuple[int, int, int, bool] | N
 RECORDS_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in RECORD_COLUMNS])
 # What reads read: the records and the transaction columns (Isolation decides what is kept).
 READ_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in TRANSACTIONAL_RECORD_COLUMNS])
+# What reads without transactions need (HTTP, Kafka read_uncommitted data, Spark): the records
+# and `control`, which tells transaction markers apart (they are not records). Older files lack
+# `control`; a scan reads it as null.
+PLAIN_READ_COLUMNS = (*RECORD_COLUMNS, "control")
+PLAIN_READ_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in PLAIN_READ_COLUMNS])
 
 
 _EMPTY_RECORDS = RECORDS_SCHEMA.empty_table()

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from storage_layout.errors import OffsetOutOfRange, StorageUnavailable
 from storage_layout.log.arrow_records import (
+    PLAIN_READ_SCHEMA,
     READ_SCHEMA,
     first_offset_at_or_after,
     limit_bytes,
@@ -32,11 +33,9 @@ from storage_layout.schema import TRANSACTIONAL_RECORD_COLUMNS
 from storage_layout.store import Store
 
 _READ_COLUMNS = list(TRANSACTIONAL_RECORD_COLUMNS)
+# Tables are immutable: one empty table per read schema serves every read that finds nothing.
 _EMPTY_READ = READ_SCHEMA.empty_table()
-# PLAIN reads need only `control` of the transaction columns (to leave markers out): the
-# producer columns are not decoded from the files of the common HTTP and Spark-less reads.
-_PLAIN_COLUMNS = [*Isolation.PLAIN.columns, "control"]
-_PLAIN_SCHEMA = pa.schema([READ_SCHEMA.field(name) for name in _PLAIN_COLUMNS])
+_EMPTY_PLAIN_READ = PLAIN_READ_SCHEMA.empty_table()
 
 
 def read_records(
@@ -62,8 +61,10 @@ def read_records(
     start, end = snapshot.log_start_offset, snapshot.high_watermark
     if from_offset < start or from_offset > end:
         raise OffsetOutOfRange(from_offset, start, end)
-    schema = _PLAIN_SCHEMA if isolation is Isolation.PLAIN else READ_SCHEMA
-    records = schema.empty_table()
+    # PLAIN reads need only `control` of the transaction columns (to leave markers out): the
+    # producer columns are not decoded from the files of the common HTTP and Spark-less reads.
+    schema = PLAIN_READ_SCHEMA if isolation is Isolation.PLAIN else READ_SCHEMA
+    records = _empty(schema)
     if from_offset < end and records_max > 0:
         records = _read_tail(snapshot, from_offset, records_max, schema)
         if records is None:
@@ -156,7 +157,7 @@ def _read_tail(
         count += part.num_rows
         if count >= records_max:
             break
-    return pa.concat_tables(chunks) if chunks else schema.empty_table()
+    return pa.concat_tables(chunks) if chunks else _empty(schema)
 
 
 def _read_files(
@@ -177,7 +178,7 @@ def _read_files(
         size += payload_bytes(table)
         if count >= records_max or size >= bytes_max:
             break
-    return pa.concat_tables(tables) if tables else schema.empty_table()
+    return pa.concat_tables(tables) if tables else _empty(schema)
 
 
 def _read_file(store: Store, data_file: DataFile, from_offset: int, schema: pa.Schema) -> pa.Table:
@@ -287,3 +288,7 @@ def offset_for_timestamp(store: Store, snapshot: LogSnapshot, timestamp_ms: int)
         if found is not None:
             return found
     return None
+
+
+def _empty(schema: pa.Schema) -> pa.Table:
+    return _EMPTY_PLAIN_READ if schema is PLAIN_READ_SCHEMA else _EMPTY_READ
