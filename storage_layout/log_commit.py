@@ -118,18 +118,14 @@ TRANSACTION_FIELDS = (
 def has_transaction_fields(metadata: Mapping[str, Any]) -> bool:
     """Whether the schema of `metadata` (a metaData action's body) has TRANSACTION_FIELDS."""
     schema_string = metadata.get("schemaString") if metadata else None
-    if not schema_string:
-        return False
-    names = {field["name"] for field in json.loads(schema_string)["fields"]}
-    return all(field["name"] in names for field in TRANSACTION_FIELDS)
+    return bool(schema_string) and not _missing_transaction_fields(json.loads(schema_string))
 
 
 def with_transaction_fields(metadata: dict[str, Any]) -> dict[str, Any] | None:
     """`metadata` (a metaData action's body) with TRANSACTION_FIELDS added to its schema
     before the partition column; None when the schema has them already."""
     schema = json.loads(metadata["schemaString"])
-    names = {field["name"] for field in schema["fields"]}
-    missing = [field for field in TRANSACTION_FIELDS if field["name"] not in names]
+    missing = _missing_transaction_fields(schema)
     if not missing:
         return None
     fields = schema["fields"]
@@ -139,6 +135,11 @@ def with_transaction_fields(metadata: dict[str, Any]) -> dict[str, Any] | None:
     )
     schema["fields"] = [*fields[:at], *missing, *fields[at:]]
     return {**metadata, "schemaString": json.dumps(schema, separators=(",", ":"))}
+
+
+def _missing_transaction_fields(schema: Mapping[str, Any]) -> list[dict[str, Any]]:
+    names = {field["name"] for field in schema["fields"]}
+    return [field for field in TRANSACTION_FIELDS if field["name"] not in names]
 
 
 def metadata_actions(metadata: dict[str, Any], timestamp_ms: int) -> list[dict[str, Any]]:
