@@ -27,7 +27,13 @@ class PartitionLag:
 
     @property
     def lag(self) -> int:
-        return max(0, self.log_end_offset - self.current_offset)
+        return lag_of(self.log_end_offset, self.current_offset)
+
+
+def lag_of(log_end_offset: int, committed_offset: int) -> int:
+    """Records between a committed offset and the log's end (never below 0: a commit may run
+    ahead of an end read a moment earlier)."""
+    return max(0, log_end_offset - committed_offset)
 
 
 async def group_lags(

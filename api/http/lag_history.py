@@ -17,7 +17,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from api.core.broker import Broker
-from api.http.group_lag import UNREACHABLE, log_end_offsets
+from api.http.group_lag import UNREACHABLE, lag_of, log_end_offsets
 from storage_layout.records import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -112,5 +112,5 @@ def _sample(
             if tp in before:
                 lags.append((tp, before[tp]))
         elif end is not None:
-            lags.append((tp, max(0, end - offset)))
+            lags.append((tp, lag_of(end, offset)))
     return LagSample(now_ms, tuple(lags), partial)

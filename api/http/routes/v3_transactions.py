@@ -146,40 +146,59 @@ _END_DESCRIPTION = (
 )
 
 
-def _end_route(outcome: str, commit: bool) -> None:
-    """`POST .../{id}/commit` or `/abort`: the same endpoint, one outcome each."""
-
-    async def end(
-        cluster_id: str,
-        transactional_id: TransactionalId,
-        body: Producer,
-        request: Request,
-        broker: BrokerDep,
-    ) -> TransactionalProducer:
-        check_cluster(cluster_id, broker.settings)
-        await access.check_producer(request, body.producer_id)
-        identity = await broker.transaction_requests.end(
-            transactional_id, body.producer_id, body.producer_epoch, commit
-        )
-        if identity.producer_id != body.producer_id:  # the epochs ran out: a new id, theirs
-            await access.bind_producer(request, identity.producer_id)
-        return TransactionalProducer(
-            transactional_id=transactional_id,
-            producer_id=identity.producer_id,
-            producer_epoch=identity.producer_epoch,
-        )
-
-    end.__name__ = outcome
-    router.post(
-        f"{TRANSACTION}/{outcome}",
-        summary=f"{outcome.capitalize()} the open transaction",
-        description=_END_DESCRIPTION,
-        response_model=TransactionalProducer,
-    )(end)
+@router.post(
+    f"{TRANSACTION}/commit",
+    summary="Commit the open transaction",
+    description=_END_DESCRIPTION,
+    response_model=TransactionalProducer,
+)
+async def commit(
+    cluster_id: str,
+    transactional_id: TransactionalId,
+    body: Producer,
+    request: Request,
+    broker: BrokerDep,
+) -> TransactionalProducer:
+    return await _end(cluster_id, transactional_id, body, request, broker, commit=True)
 
 
-_end_route("commit", commit=True)
-_end_route("abort", commit=False)
+@router.post(
+    f"{TRANSACTION}/abort",
+    summary="Abort the open transaction",
+    description=_END_DESCRIPTION,
+    response_model=TransactionalProducer,
+)
+async def abort(
+    cluster_id: str,
+    transactional_id: TransactionalId,
+    body: Producer,
+    request: Request,
+    broker: BrokerDep,
+) -> TransactionalProducer:
+    return await _end(cluster_id, transactional_id, body, request, broker, commit=False)
+
+
+async def _end(
+    cluster_id: str,
+    transactional_id: str,
+    body: Producer,
+    request: Request,
+    broker: Broker,
+    *,
+    commit: bool,
+) -> TransactionalProducer:
+    check_cluster(cluster_id, broker.settings)
+    await access.check_producer(request, body.producer_id)
+    identity = await broker.transaction_requests.end(
+        transactional_id, body.producer_id, body.producer_epoch, commit
+    )
+    if identity.producer_id != body.producer_id:  # the epochs ran out: a new id, theirs
+        await access.bind_producer(request, identity.producer_id)
+    return TransactionalProducer(
+        transactional_id=transactional_id,
+        producer_id=identity.producer_id,
+        producer_epoch=identity.producer_epoch,
+    )
 
 
 @router.get(TRANSACTION, summary="A transactional id's state (Kafka's DescribeTransactions)")
