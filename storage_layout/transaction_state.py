@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from storage_layout import paths
 from storage_layout.errors import StorageUnavailable
 from storage_layout.records import TopicPartition
-from storage_layout.store import Store, open_store
+from storage_layout.store import Store, StoredObject, open_store
 
 TRANSACTIONS_DIR = "transactions"
 HEX_KEY_CHARS_MAX = 200  # ids up to 100 bytes are named by their hex (readable, decodable)
@@ -148,17 +148,8 @@ class TransactionStateStore:
 
     def transactions_of_group(self, group_id: str) -> list[str]:
         """Transactional ids whose transaction held offsets of the group when last noted."""
-        prefix = _group_prefix(group_id)
-        try:
-            found = self._groups.list_after(prefix)
-        except FileNotFoundError:
-            return []
-        except OSError as error:
-            raise StorageUnavailable(f"Cannot list transactions of {group_id!r}: {error}") from None
         ids = []
-        for entry in found:
-            if not entry.name.startswith(prefix):
-                break
+        for entry in _listed(self._groups, _group_prefix(group_id)):
             data = self._groups.get(entry.name)  # the id itself: names may be hashes of it
             if data is not None:
                 ids.append(data.decode())
@@ -166,9 +157,8 @@ class TransactionStateStore:
 
     def load(self, transactional_id: str) -> TxnState | None:
         """The newest state of `transactional_id`, or None if it never had one."""
-        prefix = _prefix(transactional_id)
-        names = [o.name for o in self._list_after(prefix) if o.name.startswith(prefix)]
-        for name in sorted(names, reverse=True):
+        names = [o.name for o in _listed(self._store, _prefix(transactional_id))]
+        for name in reversed(names):  # sorted: the newest state is last
             data = self._store.get(name)
             if data is not None:  # else deleted as superseded meanwhile: a newer one exists
                 return TxnState.from_json(data)
@@ -196,7 +186,7 @@ class TransactionStateStore:
     def transactional_ids(self) -> list[str]:
         """Every transactional id with a stored state."""
         ids, newest_hashed = set(), {}
-        for stored in self._list_after(""):  # one listing, sorted: the newest state is last
+        for stored in _listed(self._store, ""):  # one listing, sorted: the newest is last
             name = stored.name
             if name.startswith(HASHED_NAME):
                 newest_hashed[name.partition(".")[0]] = name
@@ -207,14 +197,6 @@ class TransactionStateStore:
             if data is not None:
                 ids.add(TxnState.from_json(data).transactional_id)
         return sorted(ids)
-
-    def _list_after(self, start: str):
-        try:
-            return self._store.list_after(start)
-        except FileNotFoundError:
-            return []
-        except OSError as error:
-            raise StorageUnavailable(f"Cannot list transaction states: {error}") from None
 
     def _forget(self, name: str) -> None:
         try:
@@ -261,3 +243,17 @@ def _transactional_id(name: str) -> str | None:
         return bytes.fromhex(encoded).decode()
     except ValueError:
         return None
+
+
+def _listed(store: Store, prefix: str) -> list[StoredObject]:
+    """The objects whose names start with `prefix`, sorted (one listing from the prefix on).
+
+    Raises:
+        StorageUnavailable: the store could not be listed.
+    """
+    try:
+        return store.list_prefixed(prefix)
+    except FileNotFoundError:
+        return []
+    except OSError as error:
+        raise StorageUnavailable(f"Cannot list transaction states ({prefix!r}): {error}") from None

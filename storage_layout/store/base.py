@@ -91,6 +91,11 @@ class Store(ABC):
         listing there)."""
         return [item for item in self.list(directory) if item.name < bound]
 
+    def list_prefixed(self, prefix: str, directory: str = "") -> list[StoredObject]:
+        """The objects in `directory` whose names start with `prefix`, sorted (object stores
+        start the listing at the prefix and stop after it)."""
+        return [item for item in self.list(directory) if item.name.startswith(prefix)]
+
     def delete_many(self, paths: list[str]) -> None:
         """Delete each of `paths` (missing ones are fine); object stores take them in bulk
         (one request per thousand on S3)."""

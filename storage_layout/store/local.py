@@ -82,6 +82,9 @@ class LocalStore(Store):
     def list_below(self, bound: str, directory: str = "") -> list[StoredObject]:
         return self._listed(directory, lambda name: name < bound)
 
+    def list_prefixed(self, prefix: str, directory: str = "") -> list[StoredObject]:
+        return self._listed(directory, lambda name: name.startswith(prefix))
+
     def _listed(self, directory: str, wanted) -> list[StoredObject]:
         """The files in `directory` whose names are `wanted`, sorted; only those are
         stat'ed (a `_delta_log` keeping an hour of commits holds hundreds of thousands)."""

@@ -159,6 +159,20 @@ class ObjectStore(Store):
             found.append(item)
         return found
 
+    def list_prefixed(self, prefix: str, directory: str = "") -> list[StoredObject]:
+        key = self._key(directory)
+        found = []
+        # The listing starts after its offset: just below the prefix, so a name equal to it
+        # is listed too.
+        offset = (key + "/" if key else "") + _just_below(prefix)
+        for item in self._stream(directory, offset=offset):
+            if item.name < prefix:
+                continue
+            if not item.name.startswith(prefix):
+                break  # listed in name order: the rest is past the prefix too
+            found.append(item)
+        return found
+
     def _stream(self, directory: str, offset: str | None = None):
         """The objects directly in `directory` in name order, a page at a time."""
         key = self._key(directory)
@@ -217,6 +231,13 @@ class ObjectStore(Store):
         if data is None:
             raise FileNotFoundError(f"{self.uri}/{path}")
         return pa.BufferReader(data)
+
+
+def _just_below(name: str) -> str:
+    """A string below `name` and above every name below it (the empty string stays)."""
+    if not name:
+        return ""
+    return name[:-1] + chr(ord(name[-1]) - 1) + "\U0010ffff"
 
 
 def open_client(uri: str, options: dict[str, str]) -> Any:

@@ -82,6 +82,15 @@ def test_list_is_one_level_sorted_and_empty_when_missing(any_store):
     assert any_store.list("nothing-here") == []
 
 
+def test_prefixed_listing_holds_exactly_the_names_with_the_prefix(any_store):
+    for name in ("g1~a", "g1~b", "g1", "g10~a", "g0~z", "g2~a", "sub/g1~c"):
+        any_store.put(name if "/" in name else f"dir/{name}", b"x")
+    assert [o.name for o in any_store.list_prefixed("g1~", "dir")] == ["g1~a", "g1~b"]
+    assert [o.name for o in any_store.list_prefixed("g1", "dir")] == ["g1", "g10~a", "g1~a", "g1~b"]
+    assert any_store.list_prefixed("g3", "dir") == []
+    assert any_store.list_prefixed("g1", "nothing-here") == []
+
+
 def test_child_stores_share_the_root(any_store):
     child = any_store.child("topics/t/0")
     child.put("_delta_log/a", b"x")
