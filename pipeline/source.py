@@ -409,7 +409,7 @@ def read_split(split: OffsetSplit, *, include_headers: bool) -> Iterator[pa.Reco
         return  # no split at all (nothing in range): Spark still runs one empty task
     store.adopt(dict(split.storage_options))
     table_store = store.open_store(split.table_uri)
-    columns, schema = PLAIN_READ_COLUMNS, PLAIN_READ_SCHEMA
+    columns, schema = list(PLAIN_READ_COLUMNS), PLAIN_READ_SCHEMA  # pyarrow takes lists
     if split.aborted:
         columns, schema = _COMMITTED_COLUMNS, _COMMITTED_SCHEMA
     for piece in split.files:
