@@ -223,7 +223,7 @@ def _serve(args) -> int:
 
     from api.http import tls
     from api.http.http_protocol import HeadLimits, head_limited_protocol
-    from api.server import node_app
+    from api.node import node_app
     from conf.settings import load_settings
     from storage_layout import store
 

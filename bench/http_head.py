@@ -39,7 +39,7 @@ from bench.raw_http import RawConnection  # noqa: E402
 KINDS = ("stock", "limited")  # baseline, variant
 SERVE = """
 import sys, uvicorn
-from api.http.app import create_app
+from api.node import node_app
 from api.http.http_protocol import HeadLimits, head_limited_protocol
 from conf.settings import load_settings
 kind, port, data_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -47,7 +47,7 @@ settings = load_settings(data_dir=data_dir, port=port)
 http = "httptools" if kind == "stock" else head_limited_protocol(
     HeadLimits(settings.request_head_bytes_max, settings.request_headers_max,
                settings.request_head_timeout_ms))
-uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning", http=http)
+uvicorn.run(node_app(settings), host="127.0.0.1", port=port, log_level="warning", http=http)
 """
 
 

@@ -48,11 +48,11 @@ PARTITIONS = 4
 SCRAPES = 30
 SERVE = """
 import sys, uvicorn
-from api.http.app import create_app
+from api.node import node_app
 from api.http.request_middleware import RequestMiddleware
 from conf.settings import load_settings
 kind, port, data_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-app = create_app(load_settings(data_dir=data_dir, port=port, maintenance=False))
+app = node_app(load_settings(data_dir=data_dir, port=port, maintenance=False))
 if kind == "bare":  # the middleware stack is built at the first request: remove it before
     app.user_middleware = [m for m in app.user_middleware if m.cls is not RequestMiddleware]
 uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")

@@ -37,7 +37,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
@@ -53,10 +52,13 @@ from pyspark.sql.types import (
 )
 
 from storage_layout import paths, store
-from storage_layout.append_wire import INTERNAL_APPEND_PATH, encode_append
 from storage_layout.catalog import TopicCatalog, TopicInfo
+from storage_layout.cluster import routes
+from storage_layout.cluster.client import NodeSyncClient
+from storage_layout.cluster.codec import encode_append
+from storage_layout.cluster.errors import NodeCallError
+from storage_layout.cluster.nodes import NodeRegistry
 from storage_layout.log import DeltaPartitionLog
-from storage_layout.nodes import NodeRegistry
 from storage_layout.partitioner import partition_for_key, partitions_for_keys
 from storage_layout.records import AppTransaction, NewRecord
 
@@ -78,7 +80,7 @@ CHUNK_BYTES = 8 * 1024 * 1024
 # A micro-batch's chunk versions are batchId * CHUNKS_PER_BATCH + chunk index: they grow with
 # the batch id, so every chunk of a later batch is above every chunk of an earlier one.
 CHUNKS_PER_BATCH = 1 << 24
-LEADER_TIMEOUT_S = 60.0
+LEADER_TIMEOUT_MS = 60_000
 ROUTING_AUTO = "auto"  # through a live leader, else directly
 ROUTING_DIRECT = "direct"  # always directly to the table (the gateway catches up)
 # Set by Spark's MicroBatchExecution on every task of a micro-batch.
@@ -548,7 +550,7 @@ class _Appender:
     def __init__(self, options: WriteOptions) -> None:
         self._options = options
         self._logs: dict[tuple[str, int], DeltaPartitionLog] = {}
-        self._http: httpx.Client | None = None
+        self._leader_client: NodeSyncClient | None = None
         self._node_urls: dict[int, str] | None = None
 
     def append(
@@ -563,8 +565,8 @@ class _Appender:
         return log.append_once(records, config=topic.config, transaction=txn) is not None
 
     def close(self) -> None:
-        if self._http is not None:
-            self._http.close()
+        if self._leader_client is not None:
+            self._leader_client.close()
 
     def _log(self, topic: str, partition: int) -> DeltaPartitionLog:
         where = (topic, partition)
@@ -580,16 +582,14 @@ class _Appender:
         url = None if leader is None else self._urls().get(leader.node_id)
         if url is None:
             return None
-        if self._http is None:
-            self._http = httpx.Client(timeout=httpx.Timeout(LEADER_TIMEOUT_S, connect=5.0))
-        path = INTERNAL_APPEND_PATH.format(topic=topic, partition=partition)
+        if self._leader_client is None:
+            self._leader_client = NodeSyncClient(timeout_ms=LEADER_TIMEOUT_MS)
+        body = encode_append(records, transaction=txn)
         try:
-            answer = self._http.post(url + path, json=encode_append(records, transaction=txn))
-        except httpx.HTTPError:
-            return None  # no gateway there any more
-        if answer.status_code != 200:
-            return None  # not the leader (any more), or shutting down
-        return not answer.json()["duplicate"]
+            answer = self._leader_client.post_json(url, routes.append_path(topic, partition), body)
+        except NodeCallError:
+            return None  # no node there any more, not the leader (any more), or shutting down
+        return not answer["duplicate"]
 
     def _urls(self) -> dict[int, str]:
         if self._node_urls is None:

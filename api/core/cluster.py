@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from storage_layout.nodes import NodeRecord, NodeRegistry
+from storage_layout.cluster.nodes import NodeRecord, NodeRegistry
 from storage_layout.partitioner import murmur2
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from api.core.errors import InvalidProducerRequest
 from storage_layout.producer_state import ProducerBatch, check_batch_shape
-from storage_layout.records import Isolation, NewRecord
+from storage_layout.records import Isolation, NewRecord, Records
 
 ACKS_NONE = "0"  # answer once queued
 ACKS_ALL = "all"  # answer after the durable Delta commit ("1" and "-1" mean the same here)
@@ -20,6 +20,14 @@ class ProduceRecord:
 
     partition: int | None
     record: NewRecord
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedBatch:
+    """A record batch's records once decoded, and its producer batch (None: not idempotent)."""
+
+    records: Records
+    producer: ProducerBatch | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ coordinator (api/core/transactions.py), here or forwarded there over one interna
 Kafka clients find the coordinator themselves (FindCoordinator) and talk to it; HTTP clients,
 a gateway adding a partition for a transactional produce, and a group's coordinator keeping
 offsets sent within a transaction do not know it, and come through here. A refusal forwarded
-back is the same error as at the coordinator (transaction_error_from).
+back is the same error as at the coordinator (api/core/peers.py).
 """
 
 from __future__ import annotations
@@ -12,16 +12,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-import httpx
-
 from api.core.errors import TransactionCoordinatorUnavailable
-from api.core.transactions import TransactionCoordinator, transaction_error_from
+from api.core.peers import Peers
+from api.core.transactions import TransactionCoordinator
 from storage_layout.producers import ProducerIdentity
 from storage_layout.records import TopicPartition
 from storage_layout.transaction_state import PendingOffset, TxnState
-
-# One route for every operation (OPERATIONS); hidden, node-only (route_rules).
-INTERNAL_TRANSACTION_PATH = "/_lakelog/internal/transactions/{operation}"
 
 
 class TransactionRequests:
@@ -33,12 +29,12 @@ class TransactionRequests:
         *,
         node_id: int,
         node_url: Callable[[int], str | None],
-        http: httpx.AsyncClient,
+        peers: Peers,
     ) -> None:
         self._coordinator = coordinator
         self._node_id = node_id
         self._node_url = node_url
-        self._http = http
+        self._peers = peers
 
     async def init_producer(self, transactional_id: str, timeout_ms: int) -> ProducerIdentity:
         """InitProducerId: a new epoch for the id (fencing older producers of it)."""
@@ -121,17 +117,7 @@ class TransactionRequests:
                 f"The coordinator of transactional id {transactional_id!r} (node {node}) is not "
                 "reachable yet; retry."
             )
-        path = INTERNAL_TRANSACTION_PATH.format(operation=operation)
-        try:
-            response = await self._http.post(url + path, json=body)
-        except httpx.HTTPError as error:
-            raise TransactionCoordinatorUnavailable(
-                f"The coordinator of transactional id {transactional_id!r} at {url} is "
-                f"unreachable ({type(error).__name__}); retry."
-            ) from None
-        if response.status_code != 200:
-            raise transaction_error_from(_json_or_empty(response))
-        return response.json()
+        return await self._peers.to_transaction_coordinator(url, transactional_id, operation, body)
 
 
 def _state_json(state: TxnState) -> dict:
@@ -152,11 +138,3 @@ def _state_json(state: TxnState) -> dict:
 
 def _producer(producer_id: int, epoch: int) -> dict:
     return {"producer_id": producer_id, "epoch": epoch}
-
-
-def _json_or_empty(response: httpx.Response) -> dict:
-    try:
-        body = response.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}

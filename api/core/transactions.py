@@ -401,31 +401,3 @@ def _by_group(offsets: Sequence[PendingOffset]) -> dict[str, list[OffsetCommit]]
         commit = OffsetCommit(offset.topic, offset.partition, offset.offset, offset.metadata)
         by_group.setdefault(offset.group_id, []).append(commit)
     return by_group
-
-
-# What a forwarded transactional request's refusal comes back as (by type name).
-_FORWARDED_ERRORS = {
-    error.__name__: error
-    for error in (
-        InvalidTxnState,
-        ConcurrentTransactions,
-        InvalidProducerIdMapping,
-        InvalidTransactionTimeout,
-        TransactionCoordinatorUnavailable,
-        TransactionalIdNotFound,
-        ProducerFenced,
-    )
-}
-
-
-def transaction_error_body(error: Exception) -> dict | None:
-    """A refusal as a forwarded request answers it, or None for errors that do not travel."""
-    if type(error).__name__ not in _FORWARDED_ERRORS:
-        return None
-    return {"error": type(error).__name__, "message": str(error)}
-
-
-def transaction_error_from(body: dict) -> Exception:
-    """The refusal a forwarded transactional request came back with (retriable if unknown)."""
-    error = _FORWARDED_ERRORS.get(body.get("error"), ConcurrentTransactions)
-    return error(body.get("message") or "The transaction's coordinator refused; retry.")

@@ -1,16 +1,15 @@
-"""create_app(settings): the FastAPI gateway."""
+"""The HTTP front-end (the gateway): create_app builds its FastAPI app; HttpFrontEnd attaches it
+to a node (api/node.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 from fastapi import Depends, FastAPI
 
 from api.core.broker import Broker
-from api.core.metrics import GROUP_LAG
 from api.http.access import authorize
 from api.http.consumer_instances import ConsumerInstances
 from api.http.errors import install_error_handlers
@@ -36,70 +35,61 @@ from api.http.routes import (
     v3_transactions,
 )
 from api.http.security_middleware import SecurityMiddleware
-from api.security.node_auth import install_signing
 from api.security.state import SecurityState
 from api.version import VERSION
 from conf.settings import Settings, load_settings
 
-
-class Service(Protocol):
-    """Something that runs beside the HTTP front-end on the same broker core (the Kafka
-    listener): started after the broker, closed before it."""
-
-    async def start(self) -> None: ...
-
-    async def close(self) -> None: ...
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
-def create_app(
-    settings: Settings | None = None,
-    *,
-    broker: Broker | None = None,
-    security: SecurityState | None = None,
-    services: Sequence[Service] = (),
-) -> FastAPI:
-    settings = settings or load_settings()
-    broker = broker or Broker(settings)
-    security = security or SecurityState(settings)
+class HttpFrontEnd:
+    """The gateway: the Confluent REST API (and the console, the metrics) on a node's broker.
+    Its REST consumer instances are this front-end's own: the broker core knows only groups."""
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        await broker.start()
-        await security.start()
-        for service in services:
-            await service.start()
-        if security.cluster_secret is not None:  # requests to other nodes carry a signature
-            install_signing(broker.http, security.cluster_secret, settings.node_id)
-        # REST consumer instances are this front-end's: the broker core knows only groups.
+    def __init__(
+        self,
+        settings: Settings,
+        security: SecurityState,
+        lag_history: LagHistory,
+        *,
+        lifespan: Lifespan | None = None,
+    ) -> None:
+        self.app = create_app(
+            settings, security=security, lag_history=lag_history, lifespan=lifespan
+        )
+        self._settings = settings
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self, broker: Broker) -> None:
+        settings = self._settings
         consumers = ConsumerInstances(
             broker,
             broker.groups,
             instance_timeout_ms=settings.consumer_instance_timeout_ms,
             request_timeout_max_ms=settings.fetch_timeout_ms_max,
         )
-        app.state.consumers = consumers
-        lag_history = LagHistory(
-            broker,
-            interval_ms=settings.lag_sample_interval_ms,
-            samples_max=settings.lag_history_samples,
-        )
-        app.state.lag_history = lag_history
-        GROUP_LAG.source = lag_history.current_lags
-        loop = asyncio.get_running_loop()
-        background = [
-            loop.create_task(consumers.expire_idle_forever(settings.heartbeat_ms / 1000)),
-            loop.create_task(lag_history.sample_forever()),
-        ]
-        try:
-            yield
-        finally:
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            for service in reversed(services):
-                await service.close()
-            await broker.close()
+        self.app.state.broker = broker
+        self.app.state.consumers = consumers
+        expiry = consumers.expire_idle_forever(settings.heartbeat_ms / 1000)
+        self._tasks.append(asyncio.get_running_loop().create_task(expiry))
 
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    security: SecurityState | None = None,
+    lag_history: LagHistory | None = None,
+    lifespan: Lifespan | None = None,
+) -> FastAPI:
+    """The gateway's ASGI app: routes, error answers, middleware. It serves once a node has
+    started the front-end (HttpFrontEnd.start); `lifespan` is how the server runs the node."""
+    settings = settings or load_settings()
+    security = security or SecurityState(settings)
     app = FastAPI(
         title="lakelog",
         version=VERSION,
@@ -109,8 +99,8 @@ def create_app(
         dependencies=[Depends(authorize)],
     )
     app.state.settings = settings
-    app.state.broker = broker
     app.state.security = security
+    app.state.lag_history = lag_history
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, bytes_max=settings.request_bytes_max)
     # Added last, so outermost: unauthenticated requests are refused before a body is read.

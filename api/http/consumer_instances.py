@@ -245,7 +245,7 @@ class ConsumerInstances:
                     "exclusive"
                 )
             for tp in partitions:
-                (await self._broker.topic(tp.topic)).check_partition(tp.partition)
+                (await self._broker.topics.get(tp.topic)).check_partition(tp.partition)
             instance.manual = frozenset(partitions)
             instance.positions = {
                 tp: p for tp, p in instance.positions.items() if tp in instance.manual

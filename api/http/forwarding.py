@@ -1,17 +1,15 @@
-"""Serving a read that the partition's leader must answer: proxy the request to it."""
+"""Serving a request another node must answer: proxy it there (through the broker's peers:
+connections reused, request ids carried, and node-to-node requests signed with security on)."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
 
-import httpx
 from fastapi import Request
 from starlette.responses import Response
 
 from api.core.broker import Broker
-from api.core.errors import NotLeader
-from api.core.groups.errors import NotCoordinator
 
 _PASSED_HEADERS = ("accept", "content-type")
 # Which node read the records of a fetch answer (the leader, or a follower from the table).
@@ -20,42 +18,31 @@ NEXT_OFFSET_HEADER = "x-lakelog-next-offset"  # where a fetch goes on (FetchResu
 
 
 async def proxy_to_leader(request: Request, broker: Broker, leader_url: str) -> Response:
-    """Send the same GET to the leader and return its answer unchanged. Through `broker.http`:
-    its connections are reused, and with security on it signs node-to-node requests."""
-    headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED_HEADERS}
-    url = leader_url + request.url.path
-    try:
-        answer = await broker.http.get(url, params=request.query_params, headers=headers)
-    except httpx.HTTPError as error:
-        raise NotLeader(
-            f"The partition's leader at {leader_url} is unreachable ({type(error).__name__}); "
-            f"retry shortly."
-        ) from None
-    media_type = answer.headers.get("content-type")
+    """Send the same GET to the partition's leader and return its answer unchanged."""
+    answer = await broker.peers.read_from_leader(
+        leader_url, request.url.path, params=request.query_params, headers=_passed(request)
+    )
     kept = (SERVED_BY_HEADER, NEXT_OFFSET_HEADER)
     headers = {k: v for k, v in answer.headers.items() if k.lower() in kept}
-    return Response(answer.content, answer.status_code, media_type=media_type, headers=headers)
+    return Response(answer.content, answer.status, media_type=answer.media_type, headers=headers)
 
 
 async def forward_request(request: Request, broker: Broker, node_url: str) -> Response:
-    """Send the same request (method, path, query, body) to another node and return its
-    answer unchanged: how any node serves a consumer group coordinated elsewhere."""
-    headers = {k: v for k, v in request.headers.items() if k.lower() in _PASSED_HEADERS}
-    try:
-        answer = await broker.http.request(
-            request.method,
-            node_url + request.url.path,
-            params=request.query_params,
-            headers=headers,
-            content=await request.body(),
-        )
-    except httpx.HTTPError as error:
-        raise NotCoordinator(
-            f"The group's coordinator at {node_url} is unreachable ({type(error).__name__}); "
-            f"retry shortly."
-        ) from None
-    media_type = answer.headers.get("content-type")
-    return Response(answer.content, answer.status_code, media_type=media_type)
+    """Send the same request (method, path, query, body) to the group's coordinator and return
+    its answer unchanged: how any node serves a consumer group coordinated elsewhere."""
+    answer = await broker.peers.forward_to_group_coordinator(
+        node_url,
+        request.method,
+        request.url.path,
+        params=request.query_params,
+        headers=_passed(request),
+        content=await request.body(),
+    )
+    return Response(answer.content, answer.status, media_type=answer.media_type)
+
+
+def _passed(request: Request) -> dict[str, str]:
+    return {k: v for k, v in request.headers.items() if k.lower() in _PASSED_HEADERS}
 
 
 def served_by_coordinator(endpoint: Callable[..., Awaitable]) -> Callable[..., Awaitable]:

@@ -43,15 +43,8 @@ class LagSample:
 
 
 class LagHistory:
-    def __init__(
-        self,
-        broker: Broker,
-        *,
-        interval_ms: int,
-        samples_max: int,
-    ) -> None:
+    def __init__(self, *, interval_ms: int, samples_max: int) -> None:
         self.interval_ms = interval_ms
-        self._broker = broker
         self._samples_max = samples_max
         self._history: dict[str, deque[LagSample]] = {}
 
@@ -68,20 +61,20 @@ class LagHistory:
             for tp, lag in history[-1].lags
         ]
 
-    async def sample_forever(self) -> None:
+    async def sample_forever(self, broker: Broker) -> None:
         while True:
             try:
-                await self.sample_once()
+                await self.sample_once(broker)
             except Exception:  # noqa: BLE001 - the next round tries again; serving goes on
                 log.warning("consumer lag sample failed", exc_info=True)
             await asyncio.sleep(self.interval_ms / 1000)
 
-    async def sample_once(self) -> None:
+    async def sample_once(self, broker: Broker) -> None:
         """One sample of every group coordinated here (one end lookup per partition)."""
-        groups = self._broker.groups
+        groups = broker.groups
         committed = groups.committed_here() if groups is not None else []
         partitions = sorted({tp for _, tp, _ in committed})
-        ends = await log_end_offsets(self._broker, partitions, skip_unreachable=True)
+        ends = await log_end_offsets(broker, partitions, skip_unreachable=True)
         end_of = dict(zip(partitions, ends, strict=True))
         offsets: dict[str, dict[TopicPartition, int]] = defaultdict(dict)
         for group_id, tp, offset in committed:

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import httpx
-import orjson
-
 from api.core.broker import Broker
 from api.core.errors import NotLeader
 from api.core.records import FetchRequest
 from api.http.forwarding import NEXT_OFFSET_HEADER
 from api.http.wire import RECORD_MEDIA_TYPES, records_to_items
+from storage_layout.cluster.client import NodeAnswer
 from storage_layout.errors import OffsetOutOfRange
 from storage_layout.records import Isolation, PartitionBounds
 
@@ -55,13 +53,13 @@ async def fetch_items(
         return FetchedItems(items, result.next_offset)
     params = {"offset": offset, "max_bytes": bytes_max, "timeout": timeout_ms}
     params["isolation.level"] = "read_committed" if isolation.needs_index else "read_uncommitted"
-    answer = await _get(
-        broker,
-        f"{url}/topics/{topic}/partitions/{partition}/records",
+    answer = await broker.peers.read_from_leader(
+        url,
+        f"/topics/{topic}/partitions/{partition}/records",
         params=params,
         headers={"Accept": RECORD_MEDIA_TYPES[embedded]},
     )
-    if answer.status_code == 416:
+    if answer.status == 416:
         remote = await bounds(broker, topic, partition)
         raise OffsetOutOfRange(offset, remote.log_start_offset, remote.high_watermark)
     next_offset = answer.headers.get(NEXT_OFFSET_HEADER)
@@ -73,7 +71,8 @@ async def bounds(broker: Broker, topic: str, partition: int) -> PartitionBounds:
     url = await broker.remote_leader_url(topic, partition)
     if url is None:
         return await broker.partition_bounds(topic, partition, stable=True)
-    body = _ok(await _get(broker, f"{url}/topics/{topic}/partitions/{partition}/offsets"), url)
+    path = f"/topics/{topic}/partitions/{partition}/offsets"
+    body = _ok(await broker.peers.read_from_leader(url, path), url)
     return PartitionBounds(
         body["beginning_offset"], body["end_offset"], body.get("last_stable_offset")
     )
@@ -86,26 +85,16 @@ async def offset_for_timestamp(
     url = await broker.remote_leader_url(topic, partition)
     if url is None:
         return await broker.offset_for_timestamp(topic, partition, timestamp_ms)
-    answer = await _get(
-        broker,
-        f"{url}/topics/{topic}/partitions/{partition}/offsets",
+    answer = await broker.peers.read_from_leader(
+        url,
+        f"/topics/{topic}/partitions/{partition}/offsets",
         params={"timestamp": timestamp_ms},
     )
     return _ok(answer, url)["timestamp_offset"]
 
 
-async def _get(broker: Broker, url: str, **kwargs) -> httpx.Response:
-    try:
-        return await broker.http.get(url, **kwargs)
-    except httpx.HTTPError as error:
-        raise NotLeader(
-            f"The partition's leader at {url} is unreachable ({type(error).__name__}); retry."
-        ) from None
-
-
-def _ok(answer: httpx.Response, url: str):
-    if answer.status_code != 200:
-        raise NotLeader(
-            f"The partition's leader at {url} answered {answer.status_code}: {answer.text[:200]}"
-        )
-    return orjson.loads(answer.content)
+def _ok(answer: NodeAnswer, url: str):
+    if answer.status != 200:
+        text = answer.content[:200].decode(errors="replace")
+        raise NotLeader(f"The partition's leader at {url} answered {answer.status}: {text}")
+    return answer.json()

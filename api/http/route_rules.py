@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from api.security.quotas import FETCH, PRODUCE
+from storage_layout.cluster import routes
 
 CLUSTER = "<cluster>"  # the cluster resource, named "kafka-cluster" as in Kafka
 
@@ -174,12 +175,8 @@ RULES: dict[tuple[str, str], Rule] = {
         ),
         also="producer id owned; READ on every topic named in the body",
     ),
-    # node to node
-    ("POST", "/_lakelog/internal/topics/{topic}/partitions/{partition}/append"): NODE,
-    ("GET", "/_lakelog/internal/groups"): NODE,
-    ("POST", "/_lakelog/internal/topics/{topic}/partitions/{partition}/marker"): NODE,
-    ("POST", "/_lakelog/internal/transactions/{operation}"): NODE,
-    ("POST", "/_lakelog/internal/groups/{group}/transaction-offsets"): NODE,
+    # node to node (storage_layout/cluster/routes.py)
+    **dict.fromkeys(routes.ALL_PATHS, NODE),
 }
 
 

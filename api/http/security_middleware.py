@@ -16,8 +16,8 @@ from api.security.errors import AuthenticationFailed, SecurityError
 from api.security.node_auth import NODE_HEADER, current_principal, verify
 from api.security.quotas import FETCH, PRODUCE
 from api.security.state import ANONYMOUS, SecurityState
+from storage_layout.cluster import routes
 
-INTERNAL_PREFIX = "/_lakelog/internal/"
 PUBLIC_PATHS = frozenset({"/"})  # the health check: service name, version, cluster id
 CONSOLE_PREFIX = "/ui"  # the web console's static files (no data; its API calls need a key)
 # A browser answers a Basic challenge with its own login dialog: the console asks for the key
@@ -67,7 +67,7 @@ class SecurityMiddleware:
                 return principal, True
         if not security.auth_enabled:
             return ANONYMOUS, False
-        if scope["path"].startswith(INTERNAL_PREFIX):
+        if scope["path"].startswith(routes.PREFIX):
             raise AuthenticationFailed("Node-to-node routes need a request signed by a node.")
         if _is_public(scope["path"]) and scope["method"] in ("GET", "HEAD"):
             return ANONYMOUS, False

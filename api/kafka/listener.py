@@ -49,17 +49,18 @@ class ProtocolViolation(Exception):
 
 
 class KafkaListener:
-    """Serves the Kafka protocol for one broker core; start() after the broker has started."""
+    """The Kafka front-end: serves the Kafka protocol on a node's started broker."""
 
-    def __init__(self, broker: Broker, security: SecurityState, settings: Settings) -> None:
-        self._broker = broker
+    def __init__(self, security: SecurityState, settings: Settings) -> None:
+        self._broker: Broker | None = None
         self._security = security
         self._settings = settings
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self._fetch_sessions = FetchSessions()
 
-    async def start(self) -> None:
+    async def start(self, broker: Broker) -> None:
+        self._broker = broker
         settings = self._settings
         self._server = await asyncio.start_server(
             self._serve, host=settings.host, port=settings.kafka_port, ssl=_tls_context(settings)

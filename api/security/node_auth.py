@@ -1,6 +1,6 @@
 """Node-to-node requests: signed with the cluster secret, carrying the caller's principal.
 
-Every request a node sends to another (`broker.http`: forwarded appends, group routes forwarded
+Every request a node sends to another (`broker.peers`: forwarded appends, group routes forwarded
 to the coordinator, reads proxied to a partition's leader, the group list) gets the header
 
     X-Lakelog-Node: <node_id>;<time_ms>;<principal or ->;<hex HMAC-SHA256>
@@ -18,13 +18,11 @@ import contextvars
 import hashlib
 import hmac
 import time
-
-import httpx
+from collections.abc import Callable
 
 NODE_HEADER = "x-lakelog-node"
 NODE_CLOCK_SKEW_MS = 60_000
 NODE_PRINCIPAL = "Node:lakelog"  # a node acting on its own behalf (no client request)
-_PASSED_HEADERS = ("accept", "content-type")
 
 # The principal of the request being served; set by the security middleware.
 current_principal: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -58,16 +56,13 @@ def _mac(secret: bytes, method: str, path: str, time_ms: int, name: str, node_id
     return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
-def install_signing(client: httpx.AsyncClient, secret: bytes, node_id: int) -> None:
-    """Sign every request `client` sends (an httpx request hook)."""
+def signature_hook(secret: bytes, node_id: int) -> Callable[[str, str], dict[str, str]]:
+    """The header hook (storage_layout/cluster/client.py) that signs every request a node
+    sends, for the principal of the request it acts for."""
 
-    async def add_signature(request: httpx.Request) -> None:
-        request.headers[NODE_HEADER] = sign(
-            secret,
-            method=request.method,
-            path=request.url.path,
-            principal=current_principal.get(),
-            node_id=node_id,
-        )
+    def signature(method: str, path: str) -> dict[str, str]:
+        principal = current_principal.get()
+        header = sign(secret, method=method, path=path, principal=principal, node_id=node_id)
+        return {NODE_HEADER: header}
 
-    client.event_hooks["request"] = [*client.event_hooks.get("request", []), add_signature]
+    return signature

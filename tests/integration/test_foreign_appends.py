@@ -9,7 +9,8 @@ import time
 
 import httpx
 
-from storage_layout.append_wire import INTERNAL_APPEND_PATH, encode_append
+from storage_layout.cluster import routes
+from storage_layout.cluster.codec import encode_append
 from storage_layout.log import DeltaPartitionLog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import AppTransaction, NewRecord
@@ -80,7 +81,7 @@ def test_fetch_at_the_head_sees_a_direct_append(client, gateway, topic_name):
 def test_append_handed_to_the_leader_with_a_txn_is_applied_once(client, topic_name):
     create_topic(client, topic_name)
     assert produce(client, topic_name, [{"value": b64("first")}]).status_code == 200
-    path = INTERNAL_APPEND_PATH.format(topic=topic_name, partition=0)
+    path = routes.append_path(topic_name, 0)
     records = [NewRecord(b"k", b"spark-0"), NewRecord(b"k", b"spark-1")]
     body = encode_append(records, transaction=AppTransaction("spark:q:0", 5))
     first = client.post(path, json=body).json()

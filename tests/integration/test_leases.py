@@ -8,7 +8,7 @@ import httpx
 import pytest
 from deltalake import DeltaTable
 
-from storage_layout.leases import JOB_NODE_ID_MIN, partition_lease
+from storage_layout.cluster.leases import JOB_NODE_ID_MIN, partition_lease
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from storage_layout.nodes import NodeRegistry
+from storage_layout.cluster.nodes import NodeRegistry
 from tests.gateway_process import start_gateway
 
 pytestmark = [

@@ -142,13 +142,13 @@ async def _produce(broker: Broker, request: DeadLetterRequest, row: dict) -> Rec
 async def _dead_letter_topic(broker: Broker, report: DeadLetterReport):
     name = report.target_topic
     try:
-        return await broker.topic(name)
+        return await broker.topics.get(name)
     except TopicNotFound:
-        source = await broker.topic(report.source.topic)
+        source = await broker.topics.get(report.source.topic)
     try:
-        return await broker.create_topic(name, partitions=source.partitions, configs={})
+        return await broker.topics.create(name, partitions=source.partitions, configs={})
     except TopicExists:  # another consumer created it a moment ago
-        return await broker.topic(name)
+        return await broker.topics.get(name)
 
 
 def _headers(request: DeadLetterRequest, row: dict) -> tuple[Header, ...]:

@@ -43,7 +43,7 @@ async def authorize(request: Request, broker: Broker, report: DeadLetterReport) 
     target = report.target_topic
     access.require_topics(request, "WRITE", [target])
     try:
-        await broker.topic(target)
+        await broker.topics.get(target)
     except TopicNotFound:
         access.require_any(
             request, [("CREATE", "cluster", CLUSTER_RESOURCE_NAME), ("CREATE", "topic", target)]

@@ -14,28 +14,20 @@ from fastapi.responses import JSONResponse
 from api.core.broker import Broker
 from api.core.groups.coordinator import GroupDescription
 from api.core.groups.errors import GroupNotFound, NotCoordinator
-from api.core.transaction_requests import INTERNAL_TRANSACTION_PATH
-from api.core.transactions import transaction_error_body
+from api.core.peers import travels
 from api.core.writer import TransactionMarker
 from api.http.deps import BrokerDep
 from api.http.wire import parse_json
-from storage_layout.append_wire import (
-    INTERNAL_APPEND_PATH,
-    INTERNAL_MARKER_PATH,
-    INTERNAL_TXN_OFFSETS_PATH,
-    decode_append,
-)
+from storage_layout.cluster import routes
+from storage_layout.cluster.codec import REFUSED_STATUS, decode_append, refusal
 from storage_layout.consumer_offsets import OffsetCommit
-from storage_layout.errors import ProducerError
-
-INTERNAL_GROUPS_PATH = "/_lakelog/internal/groups"
 
 router = APIRouter(include_in_schema=False)
 
 
-@router.post(INTERNAL_APPEND_PATH)
+@router.post(routes.APPEND_PATH)
 async def append(topic: str, partition: int, request: Request, broker: BrokerDep):
-    (await broker.topic(topic)).check_partition(partition)
+    (await broker.topics.get(topic)).check_partition(partition)
     append_request = decode_append(parse_json(await request.body()))
     try:
         pending = await broker.submit(
@@ -47,9 +39,8 @@ async def append(topic: str, partition: int, request: Request, broker: BrokerDep
             forward=False,
         )
         ack = await pending
-    except ProducerError as error:  # the sequence verdict travels back to the forwarding node
-        body = {"producer_error": type(error).__name__, "message": str(error)}
-        return JSONResponse(body, status_code=409)
+    except Exception as error:  # the sequence verdict travels back to the forwarding node
+        return _refused(error)
     return {
         "base_offset": ack.base_offset,
         "append_time_ms": ack.append_time_ms,
@@ -57,41 +48,37 @@ async def append(topic: str, partition: int, request: Request, broker: BrokerDep
     }
 
 
-@router.post(INTERNAL_MARKER_PATH)
+@router.post(routes.MARKER_PATH)
 async def marker(topic: str, partition: int, request: Request, broker: BrokerDep):
-    (await broker.topic(topic)).check_partition(partition)
+    (await broker.topics.get(topic)).check_partition(partition)
     body = parse_json(await request.body())
     marker = TransactionMarker(body["producer_id"], body["epoch"], body["control"])
     try:
-        await broker.write_marker(topic, partition, marker, forward=False)
-    except ProducerError as error:
-        body = {"producer_error": type(error).__name__, "message": str(error)}
-        return JSONResponse(body, status_code=409)
+        await broker.transaction_participants.write_marker(topic, partition, marker, forward=False)
+    except Exception as error:
+        return _refused(error)
     return {}
 
 
-@router.post(INTERNAL_TRANSACTION_PATH)
+@router.post(routes.TRANSACTION_PATH)
 async def transaction_request(operation: str, request: Request, broker: BrokerDep):
     """A transactional producer's request for the id's coordinator (this node)."""
     body = parse_json(await request.body())
     try:
         return await broker.transaction_requests.serve(operation, body)
     except Exception as error:
-        refusal = transaction_error_body(error)
-        if refusal is None:
-            raise
-        return JSONResponse(refusal, status_code=409)
+        return _refused(error)
 
 
-@router.post(INTERNAL_TXN_OFFSETS_PATH)
+@router.post(routes.TRANSACTION_OFFSETS_PATH)
 async def transaction_offsets(group: str, request: Request, broker: BrokerDep):
     body = parse_json(await request.body())
     commits = [OffsetCommit(**offset) for offset in body["offsets"]]
-    await broker.end_transaction_offsets(group, commits, body["producer_id"])
+    await broker.transaction_participants.end_offsets(group, commits, body["producer_id"])
     return {}
 
 
-@router.get(INTERNAL_GROUPS_PATH)
+@router.get(routes.GROUPS_PATH)
 async def local_groups(broker: BrokerDep) -> dict:
     return {"node_id": broker.groups.node_id, "groups": await local_group_summaries(broker)}
 
@@ -117,3 +104,11 @@ def group_summary(description: GroupDescription) -> dict:
         "members": len(description.members),
         "coordinator": description.coordinator_id,
     }
+
+
+def _refused(error: Exception) -> JSONResponse:
+    """An error the calling node raises as itself (peers.travels) as a refusal; any other
+    one is raised here, and answered as every route's errors are."""
+    if not travels(error):
+        raise error
+    return JSONResponse(refusal(error), status_code=REFUSED_STATUS)

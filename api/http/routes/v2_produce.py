@@ -95,7 +95,7 @@ async def produce_partition(
 
 async def _produce(topic, partition: int | None, request: Request, broker: BrokerDep, acks: str):
     embedded = produce_format(request.headers.get("content-type"))
-    info = await broker.topic(topic)  # unknown topic is 404 before the body is parsed
+    info = await broker.topics.get(topic)  # unknown topic is 404 before the body is parsed
     if partition is not None:
         info.check_partition(partition)
     parsed = parse_v2_produce(

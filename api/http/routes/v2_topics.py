@@ -37,20 +37,20 @@ async def partitions_v2(broker: Broker, topic: TopicInfo) -> list[dict]:
 
 @router.get("/topics", summary="List topic names")
 async def list_topics(request: Request, broker: BrokerDep) -> list[str]:
-    topics = await broker.list_topics()
+    topics = await broker.topics.list_all()
     return [t.name for t in topics if access.permits(request, "DESCRIBE", "topic", t.name)]
 
 
 @router.get("/topics/{topic}", summary="Topic metadata: configs and partitions")
 async def get_topic(topic: str, broker: BrokerDep) -> dict:
-    info = await broker.topic(topic)
+    info = await broker.topics.get(topic)
     partitions = await partitions_v2(broker, info)
     return {"name": info.name, "configs": info.config.to_mapping(), "partitions": partitions}
 
 
 @router.get("/topics/{topic}/partitions", summary="Partitions of a topic")
 async def list_partitions(topic: str, broker: BrokerDep) -> list[dict]:
-    return await partitions_v2(broker, await broker.topic(topic))
+    return await partitions_v2(broker, await broker.topics.get(topic))
 
 
 @router.get("/topics/{topic}/partitions/{partition}", summary="One partition")

@@ -97,7 +97,7 @@ async def list_all_reassignments(cluster_id: str, request: Request, broker: Brok
 )
 async def list_reassignments(cluster_id: str, topic: str, request: Request, broker: BrokerDep):
     check_cluster(cluster_id, broker.settings)
-    await broker.topic(topic)
+    await broker.topics.get(topic)
     url = base_url(request, broker.settings)
     self_url = f"{url}/v3/clusters/{cluster_id}/topics/{topic}/partitions/-/reassignment"
     return list_body("KafkaReassignmentList", self_url, [])
@@ -111,13 +111,13 @@ async def get_reassignment(
     cluster_id: str, topic: str, partition: int, request: Request, broker: BrokerDep
 ) -> dict:
     check_cluster(cluster_id, broker.settings)
-    (await broker.topic(topic)).check_partition(partition)
+    (await broker.topics.get(topic)).check_partition(partition)
     return _reassignment(base_url(request, broker.settings), cluster_id, topic, partition)
 
 
 async def _replica(request: Request, broker, cluster_id: str, topic: str, partition: int):
     check_cluster(cluster_id, broker.settings)
-    (await broker.topic(topic)).check_partition(partition)
+    (await broker.topics.get(topic)).check_partition(partition)
     url = base_url(request, broker.settings)
     partition_url = _partition_url(url, cluster_id, topic, partition)
     leader = await leader_id(broker, topic, partition)

@@ -27,8 +27,6 @@ import asyncio
 from dataclasses import dataclass
 from typing import Annotated
 
-import httpx
-import orjson
 from fastapi import APIRouter, Query, Request
 
 from api.core.broker import Broker
@@ -40,14 +38,14 @@ from api.http.errors import ApiError
 from api.http.forwarding import served_by_coordinator
 from api.http.group_lag import PartitionLag, group_lags
 from api.http.lag_history import LagHistory, LagSample
-from api.http.routes.internal import INTERNAL_GROUPS_PATH, group_summary, local_group_summaries
+from api.http.routes.internal import group_summary, local_group_summaries
 from api.http.routes.v3_topics import check_cluster, list_body
 from storage_layout.records import TopicPartition
 
 router = APIRouter(prefix="/v3/clusters/{cluster_id}/consumer-groups", tags=["v3 consumer groups"])
 
 GROUP_TYPE = "CLASSIC"  # Kafka's classic group protocol (join/sync/heartbeat)
-NODE_LIST_TIMEOUT_S = 5.0  # a live node slower than this is skipped by the group list
+NODE_LIST_TIMEOUT_MS = 5_000  # a live node slower than this is skipped by the group list
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,13 +252,7 @@ async def _node_groups(broker: Broker, node: int) -> list[dict]:
     url = broker.cluster.url(node)
     if url is None:
         return []
-    try:
-        answer = await broker.http.get(url + INTERNAL_GROUPS_PATH, timeout=NODE_LIST_TIMEOUT_S)
-    except httpx.HTTPError:
-        return []  # a node that just died: its groups reappear once another node takes them
-    if answer.status_code != 200:
-        return []
-    return orjson.loads(answer.content)["groups"]
+    return await broker.peers.coordinated_groups(url, timeout_ms=NODE_LIST_TIMEOUT_MS)
 
 
 def _stored_only(group_id: str, coordinator: int) -> dict:

@@ -80,7 +80,7 @@ async def produce_records(
     acks: Annotated[str, Query(pattern=ACKS_PATTERN, description=ACKS_DESCRIPTION)] = "all",
 ) -> Response:
     check_cluster(cluster_id, broker.settings)
-    await broker.topic(topic)
+    await broker.topics.get(topic)
     splitter = JsonValueSplitter(broker.settings.stream_record_bytes_max)
     produce = _Producer(broker, cluster_id, topic, acks_mode(acks), request=request)
     if "content-length" in request.headers and "chunked" not in request.headers.get(

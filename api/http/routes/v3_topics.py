@@ -175,7 +175,7 @@ async def list_topics(cluster_id: str, request: Request, broker: BrokerDep) -> d
     url = base_url(request, broker.settings)
     topics = [
         t
-        for t in await broker.list_topics()
+        for t in await broker.topics.list_all()
         if access.permits(request, "DESCRIBE", "topic", t.name)
     ]
     data = [_topic_data(url, cluster_id, t) for t in topics]
@@ -193,9 +193,9 @@ async def create_topic(
     )
     configs = {entry.name: entry.value for entry in body.configs}
     if body.validate_only:
-        topic = await broker.validate_new_topic(body.topic_name, body.partitions_count, configs)
+        topic = await broker.topics.validate_new(body.topic_name, body.partitions_count, configs)
     else:
-        topic = await broker.create_topic(
+        topic = await broker.topics.create(
             body.topic_name, partitions=body.partitions_count, configs=configs
         )
     return _topic_data(base_url(request, broker.settings), cluster_id, topic)
@@ -204,7 +204,7 @@ async def create_topic(
 @router.get("/clusters/{cluster_id}/topics/{topic}", summary="Get a topic")
 async def get_topic(cluster_id: str, topic: str, request: Request, broker: BrokerDep) -> dict:
     check_cluster(cluster_id, broker.settings)
-    info = await broker.topic(topic)
+    info = await broker.topics.get(topic)
     return _topic_data(base_url(request, broker.settings), cluster_id, info)
 
 
@@ -213,21 +213,21 @@ async def update_topic(
     cluster_id: str, topic: str, body: UpdateTopic, request: Request, broker: BrokerDep
 ) -> dict:
     check_cluster(cluster_id, broker.settings)
-    info = await broker.alter_topic(topic, partitions=body.partitions_count)
+    info = await broker.topics.alter(topic, partitions=body.partitions_count)
     return _topic_data(base_url(request, broker.settings), cluster_id, info)
 
 
 @router.delete("/clusters/{cluster_id}/topics/{topic}", status_code=204, summary="Delete a topic")
 async def delete_topic(cluster_id: str, topic: str, broker: BrokerDep) -> Response:
     check_cluster(cluster_id, broker.settings)
-    await broker.delete_topic(topic)
+    await broker.topics.delete(topic)
     return Response(status_code=204)
 
 
 @router.get("/clusters/{cluster_id}/topics/{topic}/partitions", summary="List partitions")
 async def list_partitions(cluster_id: str, topic: str, request: Request, broker: BrokerDep):
     check_cluster(cluster_id, broker.settings)
-    info = await broker.topic(topic)
+    info = await broker.topics.get(topic)
     url = base_url(request, broker.settings)
     data = [
         _partition_data(url, cluster_id, topic, p, await leader_id(broker, topic, p))
@@ -251,7 +251,7 @@ async def get_partition(
 @router.get("/clusters/{cluster_id}/topics/{topic}/configs", summary="Topic configs")
 async def list_configs(cluster_id: str, topic: str, request: Request, broker: BrokerDep) -> dict:
     check_cluster(cluster_id, broker.settings)
-    info = await broker.topic(topic)
+    info = await broker.topics.get(topic)
     url = base_url(request, broker.settings)
     data = [_config_data(url, cluster_id, info, config) for config in describe_configs(info)]
     return list_body(
@@ -264,7 +264,7 @@ async def get_config(
     cluster_id: str, topic: str, name: str, request: Request, broker: BrokerDep
 ) -> dict:
     check_cluster(cluster_id, broker.settings)
-    info = await broker.topic(topic)
+    info = await broker.topics.get(topic)
     configs = {config.name: config for config in describe_configs(info)}
     if name not in configs:
         raise ApiError(
@@ -288,11 +288,11 @@ async def alter_configs(
         entry.name: None if (entry.operation or "SET").upper() == "DELETE" else entry.value
         for entry in body.data
     }
-    await broker.topic(topic)
+    await broker.topics.get(topic)
     if body.validate_only:
-        broker.validate_configs({k: v for k, v in configs.items() if v is not None})
+        broker.topics.validate_configs({k: v for k, v in configs.items() if v is not None})
     else:
-        await broker.alter_topic(topic, configs=configs)
+        await broker.topics.alter(topic, configs=configs)
     return Response(status_code=204)
 
 
@@ -305,7 +305,7 @@ async def set_config(
     cluster_id: str, topic: str, name: str, body: ConfigValue, broker: BrokerDep
 ) -> Response:
     check_cluster(cluster_id, broker.settings)
-    await broker.alter_topic(topic, configs={name: body.value})
+    await broker.topics.alter(topic, configs={name: body.value})
     return Response(status_code=204)
 
 
@@ -316,5 +316,5 @@ async def set_config(
 )
 async def reset_config(cluster_id: str, topic: str, name: str, broker: BrokerDep) -> Response:
     check_cluster(cluster_id, broker.settings)
-    await broker.alter_topic(topic, configs={name: None})
+    await broker.topics.alter(topic, configs={name: None})
     return Response(status_code=204)

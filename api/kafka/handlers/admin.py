@@ -26,9 +26,9 @@ async def _create(connection: Connection, topic, validate_only: bool) -> dict:
         if not connection.permits("CREATE", "cluster", CLUSTER_RESOURCE_NAME):
             connection.check("CREATE", "topic", topic.name)
         if validate_only:
-            created = await broker.validate_new_topic(topic.name, partitions, configs)
+            created = await broker.topics.validate_new(topic.name, partitions, configs)
         else:
-            created = await broker.create_topic(topic.name, partitions=partitions, configs=configs)
+            created = await broker.topics.create(topic.name, partitions=partitions, configs=configs)
     except Exception as error:
         return {
             "name": topic.name,
@@ -53,7 +53,7 @@ async def delete_topics(connection: Connection, request, version: int) -> dict:
     for name in request.topic_names:
         try:
             connection.check("DELETE", "topic", name)
-            await connection.broker.delete_topic(name)
+            await connection.broker.topics.delete(name)
             responses.append({"name": name, "error_code": ErrorCode.none})
         except Exception as error:
             responses.append(
@@ -72,11 +72,11 @@ async def create_partitions(connection: Connection, request, version: int) -> di
         try:
             connection.check("ALTER", "topic", topic.name)
             if request.validate_only:
-                current = await connection.broker.topic(topic.name)
+                current = await connection.broker.topics.get(topic.name)
                 if topic.count <= current.partitions:
                     raise ValueError("the count must exceed the current partition count")
             else:
-                await connection.broker.alter_topic(topic.name, partitions=topic.count)
+                await connection.broker.topics.alter(topic.name, partitions=topic.count)
             results.append({"name": topic.name, "error_code": ErrorCode.none})
         except Exception as error:
             code = ErrorCode.invalid_partitions if isinstance(error, ValueError) else None

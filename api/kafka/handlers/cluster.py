@@ -40,7 +40,7 @@ async def metadata(connection: Connection, request, version: int) -> dict:
     broker = connection.broker
     names = _requested_topics(request, version)
     if names is None:  # every topic the principal may see, as Kafka filters its answer
-        topics = await broker.list_topics()
+        topics = await broker.topics.list_all()
         visible = [t for t in topics if connection.permits("DESCRIBE", "topic", t.name)]
         described = [_topic(connection, topic, request) for topic in visible]
     else:
@@ -65,7 +65,7 @@ async def _named_topic(connection: Connection, name: str, request) -> dict:
     broker = connection.broker
     try:
         connection.check("DESCRIBE", "topic", name)
-        return _topic(connection, await broker.topic(name), request)
+        return _topic(connection, await broker.topics.get(name), request)
     except TopicNotFound as missing:
         auto = getattr(request, "allow_auto_topic_creation", False)
         may_create = connection.permits("CREATE", "cluster", CLUSTER_RESOURCE_NAME)
@@ -82,10 +82,10 @@ async def _auto_created(connection: Connection, name: str, request) -> dict:
     broker = connection.broker
     try:
         partitions = connection.settings.kafka_auto_create_partitions
-        created = await broker.create_topic(name, partitions=partitions, configs={})
+        created = await broker.topics.create(name, partitions=partitions, configs={})
         return _topic(connection, created, request)
     except TopicExists:
-        return _topic(connection, await broker.topic(name), request)
+        return _topic(connection, await broker.topics.get(name), request)
     except Exception as error:
         return _unknown_topic(name, error)
 

@@ -67,7 +67,7 @@ async def _describe(connection: Connection, resource, include_synonyms: bool) ->
 
 
 async def _topic_configs(connection: Connection, name: str, include_synonyms: bool) -> list[dict]:
-    topic = await connection.broker.topic(name)
+    topic = await connection.broker.topics.get(name)
     return [
         {
             "name": config.name,
@@ -89,7 +89,7 @@ async def _topic_configs(connection: Connection, name: str, include_synonyms: bo
 
 
 async def _broker_configs(connection: Connection) -> list[dict]:
-    defaults = await connection.broker.topic_defaults()
+    defaults = await connection.broker.topics.defaults()
     builtin = TopicConfig().to_mapping()
     return [
         {
@@ -179,13 +179,13 @@ async def _alter(connection: Connection, resource, validate_only: bool, changes_
                 "Only topic configs can be altered (broker defaults: LAKELOG_DEFAULT_*)."
             )
         connection.check("ALTER_CONFIGS", "topic", resource.resource_name)
-        topic = await broker.topic(resource.resource_name)
+        topic = await broker.topics.get(resource.resource_name)
         changes = changes_of(dict(topic.overrides))
         if validate_only:
             merged = {**topic.overrides, **changes}
-            broker.validate_configs({k: v for k, v in merged.items() if v is not None})
+            broker.topics.validate_configs({k: v for k, v in merged.items() if v is not None})
         else:
-            await broker.alter_topic(resource.resource_name, configs=changes)
+            await broker.topics.alter(resource.resource_name, configs=changes)
     except Exception as error:
         return answer | {"error_code": error_code(error), "error_message": error_message(error)}
     return answer | {"error_code": ErrorCode.none, "error_message": None}

@@ -14,7 +14,6 @@ the aborted transactions of the range read, which the client skips.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -48,15 +47,17 @@ async def fetch(connection: Connection, request, version: int) -> dict:
     isolation = _isolation(request)
     wanted = [_Wanted(*item, isolation) for item in plan.wanted]
     max_wait_ms = min(milliseconds(request.max_wait), connection.settings.fetch_timeout_ms_max)
-    deadline = time.monotonic() + max_wait_ms / 1000
     keys = [(w.topic, w.partition) for w in wanted]
-    while True:
-        events = connection.broker.commit_events(keys)
-        answers, size = await _read_all(connection, wanted, request.max_bytes)
-        remaining_ms = int((deadline - time.monotonic()) * 1000)
-        if size >= max(1, request.min_bytes) or remaining_ms <= 0 or _has_errors(answers):
-            break
-        await connection.broker.wait_for_commits(events, remaining_ms)
+    bytes_min = max(1, request.min_bytes)
+
+    async def read() -> tuple[list[dict], int]:
+        return await _read_all(connection, wanted, request.max_bytes)
+
+    def enough(read_all: tuple[list[dict], int]) -> bool:
+        answers, size = read_all
+        return size >= bytes_min or _has_errors(answers)
+
+    answers, _ = await connection.broker.long_poll(keys, read, enough, max_wait_ms)
     session = plan.session
     if session is not None:
         by_key = dict(zip(keys, answers, strict=True))

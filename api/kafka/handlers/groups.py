@@ -234,7 +234,7 @@ async def offset_commit(connection: Connection, request, version: int) -> dict:
 async def _check_topics(connection: Connection, commits: list[OffsetCommit]) -> None:
     for name in {commit.topic for commit in commits}:
         connection.check("READ", "topic", name)
-        topic = await connection.broker.topic(name)
+        topic = await connection.broker.topics.get(name)
         for commit in commits:
             if commit.topic == name:
                 topic.check_partition(commit.partition)

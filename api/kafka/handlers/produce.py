@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from api.core.errors import InvalidRequest, KeyRequired, RecordTooLarge
+from api.core.errors import InvalidRequest
+from api.core.records import OpenedBatch
 from api.kafka.codec import decode_batches
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
 from storage_layout.producer_state import ProducerBatch
-from storage_layout.records import first_keyless
 
 ACKS_NONE = 0
 
@@ -55,18 +55,10 @@ class _Queued:
 
 async def _queue(connection: Connection, topic_name: str, partition) -> _Queued | Exception:
     """The batch queued at the partition's writer, or why it was refused (nothing queued)."""
-    broker = connection.broker
-    try:
-        connection.check("WRITE", "topic", topic_name)
-        topic = await broker.topic(topic_name)
-        topic.check_partition(partition.index)
-        data = partition.records or b""
-        limit = topic.config.max_message_bytes
-        if len(data) > limit:
-            raise RecordTooLarge(index=0, size_bytes=len(data), limit_bytes=limit)
+    data = partition.records or b""
+
+    async def open_batch() -> OpenedBatch:
         batch = _one_batch(data)
-        if topic.config.compacted and (keyless := first_keyless(batch.records)) is not None:
-            raise KeyRequired(topic=topic_name, index=keyless)
         producer = None
         if batch.idempotent:
             await connection.security.check_producer(batch.producer_id, connection.principal)
@@ -77,8 +69,12 @@ async def _queue(connection: Connection, topic_name: str, partition) -> _Queued 
                 len(batch.records),
                 transactional=batch.is_transactional,
             )
-        pending = await broker.submit(
-            topic_name, partition.index, batch.records, producer=producer, forward=False
+        return OpenedBatch(batch.records, producer)
+
+    try:
+        connection.check("WRITE", "topic", topic_name)
+        topic, pending = await connection.broker.produce_batch(
+            topic_name, partition.index, size_bytes=len(data), open_batch=open_batch
         )
     except Exception as error:
         return error

@@ -25,7 +25,7 @@ async def add_partitions_to_txn(connection: Connection, request, version: int) -
         connection.check("WRITE", "transactional_id", transactional_id)
         for topic in topics:
             connection.check("WRITE", "topic", topic.name)
-            info = await connection.broker.topic(topic.name)
+            info = await connection.broker.topics.get(topic.name)
             for partition in topic.partitions:
                 info.check_partition(partition)
         await connection.broker.transactions.add_partitions(
@@ -87,7 +87,7 @@ async def txn_offset_commit(connection: Connection, request, version: int) -> di
         generation = getattr(request, "generation_id", -1)
         if member_id is not None:
             await connection.broker.groups.check_committer(request.group_id, member_id, generation)
-        await connection.broker.add_transaction_offsets(
+        await connection.broker.transaction_participants.add_offsets(
             request.transactional_id, request.producer_id, request.producer_epoch, offsets
         )
         code = ErrorCode.none

@@ -1,11 +1,14 @@
-"""The body of an append handed to a partition's leader: by a gateway node that does not lead
-the partition, and by Spark executors writing into a topic a live gateway leads (DESIGN.md:
-every writer commits as the leader or hands its change to the leader).
+"""The encodings of the node-to-node routes (routes.py): an append's body, and a refusal.
 
-JSON with base64 bytes: `{"records": [{"key", "value", "timestamp_ms", "headers": [[name,
-value]]}], "producer": {...} | null, "transaction": {"app_id", "version"} | null}`. The answer
-is `{"base_offset", "append_time_ms", "duplicate"}`; `duplicate` means the table already held
-the transaction, so nothing was appended (and base_offset is -1).
+An append handed to a partition's leader (by a node that does not lead the partition, and by
+Spark executors writing into a topic a live node leads) is JSON with base64 bytes:
+`{"records": [{"key", "value", "timestamp_ms", "headers": [[name, value]]}], "producer": {...} |
+null, "transaction": {"app_id", "version"} | null}`. The answer is `{"base_offset",
+"append_time_ms", "duplicate"}`; `duplicate` means the table already held the transaction, so
+nothing was appended (and base_offset is -1).
+
+A refusal (status 409) is `{"error": <the error's class name>, "message"}`; a producer's
+sequence or epoch error also names itself as `producer_error`, as nodes have always sent it.
 """
 
 from __future__ import annotations
@@ -14,14 +17,11 @@ import base64
 import dataclasses
 from dataclasses import dataclass
 
+from storage_layout.errors import ProducerError
 from storage_layout.producer_state import ProducerBatch
 from storage_layout.records import AppTransaction, NewRecord, Records, as_record_list
 
-INTERNAL_APPEND_PATH = "/_lakelog/internal/topics/{topic}/partitions/{partition}/append"
-# A transaction marker for the partition's leader, and a committed transaction's offsets for
-# the group's coordinator (FORMAT.md §14, §15).
-INTERNAL_MARKER_PATH = "/_lakelog/internal/topics/{topic}/partitions/{partition}/marker"
-INTERNAL_TXN_OFFSETS_PATH = "/_lakelog/internal/groups/{group}/transaction-offsets"
+REFUSED_STATUS = 409
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +75,22 @@ def _b64(data: bytes | None) -> str | None:
 
 def _unb64(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text)
+
+
+def refusal(error: Exception) -> dict:
+    """The body a node answers a refused node-to-node request with (REFUSED_STATUS)."""
+    body = {"error": type(error).__name__, "message": str(error)}
+    if isinstance(error, ProducerError):
+        body["producer_error"] = body["error"]
+    return body
+
+
+def producer_error_from(body: dict) -> ProducerError | None:
+    """The producer-sequence error a refusal carries (the leader's verdict, unchanged), or None
+    when it carries another."""
+    name = body.get("producer_error")
+    if name is None:
+        return None
+    error_types = {t.__name__: t for t in ProducerError.__subclasses__()}
+    error_type = error_types.get(name, ProducerError)
+    return error_type(body.get("message", "the leader rejected the producer batch"))

@@ -21,9 +21,9 @@ import uuid
 from collections.abc import Iterator
 
 from storage_layout import paths
+from storage_layout.cluster.nodes import NodeRecord, NodeRegistry
 from storage_layout.errors import LeadershipConflict
 from storage_layout.log import DeltaPartitionLog, Leadership
-from storage_layout.nodes import NodeRecord, NodeRegistry
 
 # Node ids from here up are for jobs and tools; gateways use ids below it.
 JOB_NODE_ID_MIN = 60_000

@@ -1,0 +1,287 @@
+"""The node: one `lakelog serve` process, and the composition root of everything in it.
+
+`lakelog serve` reads as settings -> node -> front-ends: the node builds the broker core and
+the parts around it (topics, cluster membership, partition leaders, the node-to-node client,
+consumer groups, transactions, the maintenance scheduler, the lag sampler, security), starts
+them in that order, then starts its front-ends (the HTTP gateway and, with a Kafka port, the
+Kafka listener) on the started broker; it closes them in the reverse order. The only module
+that knows both front-ends (the layers in pyproject.toml keep them apart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from fastapi import FastAPI
+
+from api.core import metrics, node_tls
+from api.core.broker import Broker
+from api.core.cluster import Cluster, ClusterSettings
+from api.core.groups.coordinator import GroupCoordinator
+from api.core.leaders import Leaders
+from api.core.membership import Membership
+from api.core.peers import Peers, request_id_headers
+from api.core.producer_ids import ProducerIds
+from api.core.scheduled_jobs import ScheduledJobs
+from api.core.topics import Topics
+from api.core.transaction_participants import TransactionParticipants
+from api.core.transaction_requests import TransactionRequests
+from api.core.transactions import TransactionCoordinator
+from api.core.writer import CommitLimits
+from api.http.app import HttpFrontEnd
+from api.http.lag_history import LagHistory
+from api.kafka.listener import KafkaListener
+from api.security.node_auth import signature_hook
+from api.security.state import SecurityState
+from conf.settings import Settings
+from storage_layout import paths, store
+from storage_layout.cluster.client import NodeClient
+from storage_layout.cluster.nodes import NodeRegistry
+from storage_layout.consumer_offsets import ConsumerOffsets
+from storage_layout.transaction_state import TransactionStateStore
+
+EXECUTOR_THREADS = 8
+
+log = logging.getLogger("lakelog.node")
+
+
+class FrontEnd(Protocol):
+    """A protocol a node serves (HTTP, Kafka): started on the started broker, closed before
+    it; it only translates requests and answers."""
+
+    async def start(self, broker: Broker) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class Node:
+    """One node: its parts, started in order and closed in reverse, and its front-ends."""
+
+    def __init__(self, settings: Settings, front_ends: list[FrontEnd] | None = None) -> None:
+        self.settings = settings
+        store.configure(settings.storage_options)
+        self.root = paths.normalize_root(settings.data_dir)
+        self._executor = ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="lakelog-io")
+        self.security = SecurityState(settings)  # one for every front-end: keys, ACLs, quotas
+        self.lag_history = LagHistory(
+            interval_ms=settings.lag_sample_interval_ms,
+            samples_max=settings.lag_history_samples,
+        )
+        self.front_ends: list[FrontEnd] = list(front_ends or [])
+        self.broker: Broker | None = None
+        self._closers: list[Callable[[], Awaitable]] = []  # what start() opened, in order
+
+    async def blocking(self, function, *args, **kwargs):
+        """`function` on the node's executor (Delta and object-store work never blocks the
+        event loop)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: function(*args, **kwargs))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: object = None) -> AsyncIterator[None]:
+        """The node from start to close: the HTTP server runs it for the process's lifetime
+        (started before the server listens, closed once it has stopped)."""
+        await self.start()
+        try:
+            yield
+        finally:
+            await self.close()
+
+    async def start(self) -> None:
+        """The broker core and its parts, security, the samplers, then the front-ends."""
+        self.broker = await self._start_core()
+        await self.security.start()
+        if self.security.cluster_secret is not None:  # calls to other nodes carry a signature
+            hook = signature_hook(self.security.cluster_secret, self.settings.node_id)
+            self.broker.peers.client.add_header_hook(hook)
+        self._start_task(self.lag_history.sample_forever(self.broker))
+        metrics.GROUP_LAG.source = self.lag_history.current_lags
+        for front_end in self.front_ends:
+            await front_end.start(self.broker)
+            self._closers.append(front_end.close)
+
+    async def close(self) -> None:
+        """Everything start() opened, newest first; then the executor."""
+        if self.broker is not None:
+            self.broker.begin_close()
+        while self._closers:
+            closer = self._closers.pop()
+            try:
+                await closer()
+            except Exception:  # close the rest: one part failing to close must not leak them
+                log.exception("closing %s failed", closer)
+        self._executor.shutdown(wait=True)
+
+    async def _start_core(self) -> Broker:
+        settings, blocking = self.settings, self.blocking
+        topics = Topics(
+            root=self.root,
+            blocking=blocking,
+            refresh_ms=settings.catalog_refresh_ms,
+            before_delete=lambda name: self.broker.forget_topic(name),
+        )
+        await topics.open(settings.topic_defaults())
+        cluster = await self._join_cluster()
+        leaders = self._leaders(cluster, topics)
+        self._closers.append(leaders.close)
+        peers = self._peers(cluster, leaders)
+        groups, states = await self._start_groups(cluster, topics)
+        producer_ids = ProducerIds(self.root, blocking)
+        participants = TransactionParticipants(leaders=leaders, peers=peers, groups=groups)
+        transactions = TransactionCoordinator(
+            store=states,
+            node_id=cluster.node_id,
+            live_nodes=cluster.live_nodes,
+            init_producer=producer_ids.init_producer,
+            write_marker=participants.write_marker,
+            commit_offsets=participants.commit_offsets,
+            blocking=blocking,
+        )
+        transactions.start()
+        self._closers.append(transactions.close)
+        requests = TransactionRequests(
+            transactions, node_id=cluster.node_id, node_url=cluster.url, peers=peers
+        )
+        participants.requests = requests
+        membership = Membership(
+            cluster=cluster, leaders=leaders, topics=topics, heartbeat_ms=settings.heartbeat_ms
+        )
+        membership.start()
+        self._closers.append(membership.close)
+        return Broker(
+            settings,
+            blocking=blocking,
+            topics=topics,
+            cluster=cluster,
+            leaders=leaders,
+            peers=peers,
+            producer_ids=producer_ids,
+            groups=groups,
+            transactions=transactions,
+            transaction_requests=requests,
+            transaction_participants=participants,
+            scheduled_jobs=self._start_scheduled_jobs(cluster, leaders, topics),
+        )
+
+    async def _join_cluster(self) -> Cluster:
+        settings = self.settings
+        registry = await self.blocking(NodeRegistry, self.root)
+        cluster_settings = ClusterSettings(
+            settings.node_id,
+            settings.url,
+            settings.lease_ms,
+            settings.heartbeat_ms,
+            settings.kafka_address,
+        )
+        cluster = Cluster(cluster_settings, registry)
+        await self.blocking(cluster.heartbeat)
+        self._closers.append(lambda: self.blocking(cluster.leave))
+        return cluster
+
+    def _leaders(self, cluster: Cluster, topics: Topics) -> Leaders:
+        settings = self.settings
+        limits = CommitLimits(
+            settings.linger_ms,
+            settings.commit_records_max,
+            settings.commit_bytes_max,
+            settings.producer_id_expiration_ms,
+        )
+        leaders = Leaders(
+            root=self.root,
+            cluster=cluster,
+            executor=self._executor,
+            limits=limits,
+            tail_records_max=settings.tail_records_max,
+            config_of=topics.config_of,
+            fenced=not settings.unsafe_disable_fencing,
+            fault_point=settings.fault_point,
+        )
+        metrics.PARTITIONS_LED.set_function(leaders.led_count)
+        return leaders
+
+    def _peers(self, cluster: Cluster, leaders: Leaders) -> Peers:
+        client = NodeClient(
+            timeout_ms=self.settings.forward_timeout_ms,
+            verify=node_tls.client_verify(self.settings),
+        )
+        client.add_header_hook(request_id_headers)
+        self._closers.append(client.aclose)
+        return Peers(
+            client,
+            is_alive=cluster.is_alive,
+            forget_leader=leaders.forget,
+            liveness_check_ms=self.settings.heartbeat_ms,
+        )
+
+    async def _start_groups(
+        self, cluster: Cluster, topics: Topics
+    ) -> tuple[GroupCoordinator, TransactionStateStore]:
+        offsets = await self.blocking(ConsumerOffsets, self.root)
+        states = await self.blocking(TransactionStateStore, self.root)
+
+        async def pending_transactions(group_id: str) -> list:
+            """(producer id, partitions) of the open transactions holding offsets of the
+            group, from their stored states (one listing when there are none)."""
+            return await self.blocking(states.pending_offsets_of, group_id)
+
+        groups = GroupCoordinator(
+            offsets=offsets,
+            node_id=cluster.node_id,
+            live_nodes=cluster.live_nodes,
+            node_url=cluster.url,
+            topics=topics.partition_counts,
+            blocking=self.blocking,
+            pending_transactions=pending_transactions,
+        )
+        groups.start()
+        self._closers.append(groups.close)
+        return groups, states
+
+    def _start_scheduled_jobs(
+        self, cluster: Cluster, leaders: Leaders, topics: Topics
+    ) -> ScheduledJobs | None:
+        """In-node maintenance (retention, compaction, file optimization, vacuum), if on."""
+        if not self.settings.maintenance:
+            return None
+
+        async def committed(topic: str, partition: int) -> None:
+            writer = leaders.writer_here(topic, partition)
+            if writer is not None:  # this node's readers see the change before the next append
+                writer.request_catch_up()
+
+        jobs = ScheduledJobs(
+            root=self.root,
+            settings=self.settings,
+            node_id=cluster.node_id,
+            topics=topics.list_all,
+            preferred=cluster.preferred,
+            blocking=self.blocking,
+            committed=committed,
+        )
+        self._start_task(jobs.run_forever())
+        return jobs
+
+    def _start_task(self, work: Awaitable) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+
+        async def stop() -> None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+        self._closers.append(stop)
+
+
+def node_app(settings: Settings) -> FastAPI:
+    """The ASGI app of a node with its front-ends (the HTTP gateway always, the Kafka listener
+    when `kafka_port` is set): the server that runs the app runs the node (its lifespan)."""
+    node = Node(settings)
+    http = HttpFrontEnd(settings, node.security, node.lag_history, lifespan=node.lifespan)
+    node.front_ends.append(http)
+    if settings.kafka_port:
+        node.front_ends.append(KafkaListener(node.security, settings))
+    return http.app

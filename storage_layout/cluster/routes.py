@@ -1,0 +1,48 @@
+"""The node-to-node routes: every path one node calls on another, defined once. The HTTP
+front-end mounts them (api/http/routes/internal.py); the callers build URLs from them through
+NodeClient; route_rules marks them node-only. Not part of the public API.
+
+A request crosses at most one hop: the node that serves one never forwards it again.
+"""
+
+from __future__ import annotations
+
+PREFIX = "/_lakelog/internal/"
+
+# A partition's records for its leader: from a node that does not lead it, and from Spark
+# executors writing into a topic a live node leads (every writer commits as the leader or
+# hands its change to the leader).
+APPEND_PATH = PREFIX + "topics/{topic}/partitions/{partition}/append"
+# A transaction marker for the partition's leader (FORMAT.md §14).
+MARKER_PATH = PREFIX + "topics/{topic}/partitions/{partition}/marker"
+# A transactional producer's request for its transactional id's coordinator (one route for
+# every operation).
+TRANSACTION_PATH = PREFIX + "transactions/{operation}"
+# A committed transaction's offsets for the group's coordinator (FORMAT.md §15).
+TRANSACTION_OFFSETS_PATH = PREFIX + "groups/{group}/transaction-offsets"
+# The groups a node coordinates (the cluster-wide group list asks every node).
+GROUPS_PATH = PREFIX + "groups"
+
+ALL_PATHS = (
+    ("POST", APPEND_PATH),
+    ("POST", MARKER_PATH),
+    ("POST", TRANSACTION_PATH),
+    ("POST", TRANSACTION_OFFSETS_PATH),
+    ("GET", GROUPS_PATH),
+)
+
+
+def append_path(topic: str, partition: int) -> str:
+    return APPEND_PATH.format(topic=topic, partition=partition)
+
+
+def marker_path(topic: str, partition: int) -> str:
+    return MARKER_PATH.format(topic=topic, partition=partition)
+
+
+def transaction_path(operation: str) -> str:
+    return TRANSACTION_PATH.format(operation=operation)
+
+
+def transaction_offsets_path(group: str) -> str:
+    return TRANSACTION_OFFSETS_PATH.format(group=group)
