@@ -6,7 +6,7 @@ values):
   (1) read   a topic of P partitions (default 4) holding N records (default 2 000 000), loaded
              before any clock starts with direct `DeltaPartitionLog.append`s of B records
              (default 10 000, a Spark write's chunk), each followed by the small-file
-             compaction housekeeping runs (`maybe_compact_files`), so the file layout is what a
+             compaction housekeeping runs (`maybe_merge_small_files`), so the file layout is what a
              live partition has: one merged file of the first 32 x B records, then B-record
              files (19 files per partition at the defaults).
                lakelog  spark.read.format("lakelog").option("subscribe", topic)
@@ -233,7 +233,7 @@ def load_topic(
             partition_log.append(chunk, config=config)
             key_number += size
             written += size
-            while (replaced := partition_log.maybe_compact_files()) > 0:
+            while (replaced := partition_log.maybe_merge_small_files()) > 0:
                 merged += replaced
         partition_log.housekeeping()  # checkpoints once 100 versions accumulated, as live
         snapshot = DeltaPartitionLog.open(partition_log.table_uri).snapshot
@@ -379,7 +379,8 @@ def timed_write(df, source: str, args, root: str, tmp_root: Path, name: str, rou
 
 def lakelog_breakdown(root: str, rounds: int) -> dict:
     """Driver planning and the executors' pyarrow reading, timed in this process."""
-    from pipeline.source import LakelogBatchReader, read_split
+    from pipeline.source import LakelogBatchReader
+    from pipeline.splits import read_split
 
     options = {"subscribe": READ_TOPIC, "startingOffsets": "earliest", "path": root}
     plan_s, read_s, rows, batches, splits = [], [], 0, 0, []

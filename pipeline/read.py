@@ -10,63 +10,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
+from pipeline.kafka_schema import kafka_schema
+from pipeline.options import (
+    EARLIEST,
+    LATEST,
+    OffsetRange,
+    parse_offsets,
+    resolve_range,
+    storage_options_option,
+)
 from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog
 from storage_layout.paths import is_local, normalize_root, partition_table_uri
-
-# Spark's Kafka source schema (KafkaRecordToRowConverter): every field nullable, this order.
-KAFKA_SCHEMA = StructType(
-    [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("timestampType", IntegerType()),
-    ]
-)
-KAFKA_HEADERS_TYPE = ArrayType(
-    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-)
-KAFKA_SCHEMA_WITH_HEADERS = StructType(
-    [*KAFKA_SCHEMA.fields, StructField("headers", KAFKA_HEADERS_TYPE)]
-)
-
-# Kafka's sentinels in per-partition offset JSON.
-EARLIEST = -2
-LATEST = -1
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetRange:
-    """Offsets [start, end) of one partition, read from Delta version `table_version`."""
-
-    partition: int
-    start: int
-    end: int
-    table_version: int
-
-
-def kafka_schema(*, include_headers: bool) -> StructType:
-    """Spark's Kafka source schema, with the `headers` column only when `include_headers`."""
-    return KAFKA_SCHEMA_WITH_HEADERS if include_headers else KAFKA_SCHEMA
 
 
 def read_topic(
@@ -130,7 +91,7 @@ def _through_lakelog(
     """The same fixed offset ranges read through `format("lakelog")`: on an object store this
     needs no Hadoop connector (Spark's `format("delta")` would need S3A, ABFS or GCS jars and
     their credentials); lakelog's source reads the files through its own store."""
-    from pipeline.source import SOURCE_NAME, register_data_source, storage_options_option
+    from pipeline.source import SOURCE_NAME, register_data_source
 
     register_data_source(spark)
     bounds = {
@@ -146,55 +107,6 @@ def _through_lakelog(
         .options(**storage_options_option())
         .load(root)
     )
-
-
-def parse_offsets(
-    spec: str | Mapping, *, topic: str, partitions: int, ending: bool
-) -> dict[int, int]:
-    """Offsets by partition (-2 earliest, -1 latest) from a starting or ending offsets option.
-
-    Only the partitions `spec` mentions are returned. Raises ValueError for what Spark's Kafka
-    source rejects in a batch query, for other topics, unknown partitions and non-integers.
-    """
-    option = "endingOffsets" if ending else "startingOffsets"
-    if isinstance(spec, str) and spec.strip() in ("earliest", "latest"):
-        _check_keyword(spec.strip(), ending=ending)
-        return {}
-    by_topic = load_offsets_json(spec, option=option)
-    other_topics = sorted(name for name in by_topic if name != topic)
-    if other_topics:
-        raise ValueError(f"{option} names topics other than '{topic}': {other_topics}.")
-    by_partition = by_topic.get(topic, {})
-    if not isinstance(by_partition, Mapping):
-        raise ValueError(f"{option} for topic '{topic}' must map partitions to offsets.")
-    return {
-        _partition_number(key, option=option, topic=topic, partitions=partitions): _offset_value(
-            value, option=option, topic=topic, partition=key, ending=ending
-        )
-        for key, value in by_partition.items()
-    }
-
-
-def resolve_range(
-    log: DeltaPartitionLog, *, partition: int, start: int, end: int, topic: str
-) -> OffsetRange:
-    """Turn -2/-1 into the partition's bounds and check explicit offsets against them."""
-    bounds = log.bounds()
-    low, high = bounds.log_start_offset, bounds.high_watermark
-    resolved = {EARLIEST: low, LATEST: high}
-    first, last = resolved.get(start, start), resolved.get(end, end)
-    where = f"{topic}-{partition}"
-    for option, offset in (("startingOffsets", first), ("endingOffsets", last)):
-        if not low <= offset <= high:
-            raise ValueError(
-                f"{option} for {where} is {offset}, outside the partition's offsets: "
-                f"log_start_offset {low}, high_watermark {high} (valid: {low} to {high})."
-            )
-    if first > last:
-        raise ValueError(
-            f"For {where} the starting offset {first} is after the ending offset {last}."
-        )
-    return OffsetRange(partition, first, last, log.snapshot.table_version)
 
 
 def _empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
@@ -231,53 +143,3 @@ def _partition_frame(
         # NULL already, this also covers an empty list written by any other tool.
         columns.append(F.when(F.size("headers") > 0, F.col("headers")).alias("headers"))
     return rows.select(*columns)
-
-
-def _check_keyword(keyword: str, *, ending: bool) -> None:
-    # Spark's wording (KafkaSourceProvider.validateBatchOptions).
-    if ending and keyword == "earliest":
-        raise ValueError("ending offset can't be earliest for batch queries on Kafka")
-    if not ending and keyword == "latest":
-        raise ValueError("starting offset can't be latest for batch queries on Kafka")
-
-
-def load_offsets_json(spec: str | Mapping, *, option: str) -> Mapping:
-    if isinstance(spec, Mapping):
-        by_topic = spec
-    else:
-        try:
-            by_topic = json.loads(spec)
-        except (TypeError, json.JSONDecodeError) as error:
-            raise ValueError(
-                f'{option} must be "earliest", "latest" or JSON like '
-                f'{{"topic": {{"0": 23, "1": -2}}}}; got {spec!r} ({error}).'
-            ) from None
-    if not isinstance(by_topic, Mapping):
-        raise ValueError(f"{option} JSON must be an object keyed by topic; got {spec!r}.")
-    return by_topic
-
-
-def _partition_number(key: object, *, option: str, topic: str, partitions: int) -> int:
-    try:
-        partition = int(key)  # JSON object keys are strings; dicts may use ints
-    except (TypeError, ValueError):
-        raise ValueError(f"{option} for topic '{topic}' has a bad partition {key!r}.") from None
-    if not 0 <= partition < partitions:
-        raise ValueError(
-            f"{option} names partition {partition} of topic '{topic}', which has partitions "
-            f"0..{partitions - 1}."
-        )
-    return partition
-
-
-def _offset_value(value: object, *, option: str, topic: str, partition: object, ending: bool):
-    if isinstance(value, bool) or not isinstance(value, int) or value < EARLIEST:
-        raise ValueError(
-            f"{option} for {topic}-{partition} must be an offset >= 0, -2 (earliest) or -1 "
-            f"(latest); got {value!r}."
-        )
-    if ending and value == EARLIEST:
-        raise ValueError(
-            f"ending offset for {topic}-{partition} can't be earliest for batch queries on Kafka"
-        )
-    return value

@@ -63,19 +63,19 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader
 
-from pipeline.read import EARLIEST, LATEST, load_offsets_json, parse_offsets
-from pipeline.source import (
-    _TOPIC_OPTIONS,
-    OffsetSplit,
-    _by_timestamp,
-    _flag,
-    _lowercase,
-    _opt,
-    _root,
+from pipeline.options import (
+    EARLIEST,
+    LATEST,
+    TOPIC_OPTIONS,
+    flag,
     isolation_of,
-    plan_splits,
-    read_split,
+    load_offsets_json,
+    lowercase,
+    option_value,
+    parse_offsets,
+    root_of,
 )
+from pipeline.splits import OffsetSplit, by_timestamp, plan_splits, read_split
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog, TopicInfo
 from storage_layout.errors import CorruptPartition, StorageUnavailable
@@ -163,13 +163,13 @@ class Subscription:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Subscription:
-        given = [name for name in _TOPIC_OPTIONS if _opt(options, name)]
+        given = [name for name in TOPIC_OPTIONS if option_value(options, name)]
         if len(given) != 1:
             raise ValueError(
                 "Exactly one of 'subscribe', 'subscribePattern' and 'assign' must be given, as "
                 f"for Spark's Kafka source (got {given or 'none'})."
             )
-        value = _opt(options, given[0])
+        value = option_value(options, given[0])
         if given[0] == "assign":
             return cls(assigned=_parse_assign(value))
         if given[0] == "subscribePattern":
@@ -208,7 +208,7 @@ class StreamOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StreamOptions:
         for name, message in _ENDING_OPTIONS.items():
-            if _opt(options, name) is not None:
+            if option_value(options, name) is not None:
                 raise ValueError(f"{message} (option {name}): a stream reads until it is stopped.")
         committed = isolation_of(options).needs_index
         max_offsets = _positive_int(options, "maxOffsetsPerTrigger")
@@ -219,15 +219,16 @@ class StreamOptions:
                 f"({max_offsets})."
             )
         return cls(
-            root=_root(options),
+            root=root_of(options),
             subscription=Subscription.parse(options),
-            starting_offsets=_starting_spec(_opt(options, "startingOffsets")),
-            include_headers=_flag(options, "includeHeaders", False),
-            fail_on_data_loss=_flag(options, "failOnDataLoss", True),
+            starting_offsets=_starting_spec(option_value(options, "startingOffsets")),
+            include_headers=flag(options, "includeHeaders", False),
+            fail_on_data_loss=flag(options, "failOnDataLoss", True),
             max_offsets_per_trigger=max_offsets,
             min_offsets_per_trigger=min_offsets,
             max_trigger_delay_ms=_duration_ms(
-                "maxTriggerDelay", _opt(options, "maxTriggerDelay") or MAX_TRIGGER_DELAY_DEFAULT
+                "maxTriggerDelay",
+                option_value(options, "maxTriggerDelay") or MAX_TRIGGER_DELAY_DEFAULT,
             ),
             committed=committed,
         )
@@ -255,7 +256,7 @@ def _starting_spec(value: str | None) -> str | Mapping:
 
 
 def _positive_int(options: Mapping[str, str], name: str) -> int | None:
-    value = _opt(options, name)
+    value = option_value(options, name)
     if value is None:
         return None
     try:
@@ -338,7 +339,7 @@ class LakelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """
 
     def __init__(self, options: Mapping[str, str]) -> None:
-        self._raw_options = _lowercase(options)
+        self._raw_options = lowercase(options)
         self._options = StreamOptions.parse(self._raw_options)
         self._catalog: TopicCatalog | None = None
         self._logs: dict[TopicPartition, DeltaPartitionLog] = {}
@@ -444,7 +445,7 @@ class LakelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             offsets = parse_offsets(given, topic=topic, partitions=partitions, ending=False)
             start = offsets.get(partition, EARLIEST)
         log = self._logs[tp]
-        start, _ = _by_timestamp(self._raw_options, log, topic, partition, start=start, end=LATEST)
+        start, _ = by_timestamp(self._raw_options, log, topic, partition, start=start, end=LATEST)
         bounds = log.bounds()
         resolved = {EARLIEST: bounds.log_start_offset, LATEST: self._end(tp, log.snapshot)}
         offset = resolved.get(start, start)

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
-from pipeline.source import SOURCE_NAME, register_data_source, storage_options_option
+from pipeline.options import storage_options_option
+from pipeline.source import SOURCE_NAME, register_data_source
 
 
 def read_topic_stream(

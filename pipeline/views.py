@@ -23,7 +23,8 @@ from collections.abc import Iterable
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from pipeline.source import ISOLATION_OPTION, SOURCE_NAME, register_data_source
+from pipeline.options import ISOLATION_OPTION
+from pipeline.source import SOURCE_NAME, register_data_source
 from storage_layout.catalog import TopicCatalog
 from storage_layout.paths import normalize_root
 

@@ -25,8 +25,7 @@ from api.core.broker import Broker
 from api.kafka import messages
 from api.kafka.connection import Connection
 from api.kafka.fetch_sessions import FetchSessions
-from api.kafka.handlers import APIS
-from api.kafka.handlers.cluster import api_versions_unsupported
+from api.kafka.handlers import APIS, api_versions_unsupported
 from api.kafka.messages import MalformedRequest
 from api.security.state import SecurityState
 from conf.settings import Settings

@@ -7,7 +7,8 @@ import datetime as dt
 
 from chispa import assert_df_equality
 
-from pipeline.read import KAFKA_SCHEMA_WITH_HEADERS, read_topic
+from pipeline.kafka_schema import KAFKA_SCHEMA_WITH_HEADERS
+from pipeline.read import read_topic
 from tests.conftest import BINARY_V2, create_topic
 
 BASE_MS = 1_700_000_000_000

@@ -9,7 +9,7 @@ import pytest
 from chispa import assert_df_equality
 from deltalake import DeltaTable
 
-from pipeline import source
+from pipeline import splits as split_planning
 from pipeline.read import read_topic
 from pipeline.source import LakelogBatchReader, register_data_source
 from storage_layout.catalog import TopicCatalog
@@ -92,7 +92,7 @@ def test_exactly_one_topic_option_is_required(lakelog, root):
 
 
 def test_large_ranges_are_split_for_parallel_reads(root, monkeypatch):
-    monkeypatch.setattr(source, "RECORDS_PER_SPLIT", 2)
+    monkeypatch.setattr(split_planning, "RECORDS_PER_SPLIT", 2)
     splits = LakelogBatchReader({"path": root, "subscribe": "orders"}).partitions()
     assert len(splits) == 6  # 3 files of 2 records per partition, 2 partitions
     assert {(s.partition, len(s.files)) for s in splits} == {(0, 1), (1, 1)}

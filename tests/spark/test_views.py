@@ -7,7 +7,8 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from pipeline.read import KAFKA_SCHEMA, KAFKA_SCHEMA_WITH_HEADERS, read_topic
+from pipeline.kafka_schema import KAFKA_SCHEMA, KAFKA_SCHEMA_WITH_HEADERS
+from pipeline.read import read_topic
 from pipeline.source import register_data_source
 from pipeline.views import latest_by_key, register_topic_views, view_name
 from storage_layout.catalog import TopicCatalog

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from api.kafka.connection import Connection
 
 Handler = Callable[[Connection, object, int], Awaitable[Mapping | None]]
@@ -23,6 +25,24 @@ class Api:
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
+
+
+async def api_versions(connection: Connection, request, version: int) -> dict:
+    return _versions(ErrorCode.none)
+
+
+def api_versions_unsupported() -> dict:
+    """The answer to an ApiVersions request of a version this node does not know: v0's shape,
+    UNSUPPORTED_VERSION and the supported ranges, so the client retries at one of them."""
+    return _versions(ErrorCode.unsupported_version)
+
+
+def _versions(code: ErrorCode) -> dict:
+    keys = [
+        {"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
+        for api in sorted(APIS.values(), key=lambda api: api.key)
+    ]
+    return {"error_code": code, "api_keys": keys, "throttle_time": 0}
 
 
 def _table() -> dict[int, Api]:
@@ -55,7 +75,7 @@ def _table() -> dict[int, Api]:
         Api(15, "DescribeGroups", 0, 5, groups.describe_groups),
         Api(16, "ListGroups", 0, 4, groups.list_groups),
         Api(17, "SaslHandshake", 1, 1, sasl.sasl_handshake),
-        Api(18, "ApiVersions", 0, 4, cluster.api_versions),
+        Api(18, "ApiVersions", 0, 4, api_versions),
         Api(19, "CreateTopics", 2, 7, admin.create_topics),
         Api(20, "DeleteTopics", 1, 5, admin.delete_topics),
         Api(21, "DeleteRecords", 0, 2, admin.delete_records),

@@ -1,4 +1,5 @@
-"""ApiVersions, Metadata and InitProducerId: what a client asks before anything else."""
+"""Metadata and InitProducerId: what a client asks first, after ApiVersions (the registry's
+own answer, api/kafka/handlers/__init__.py)."""
 
 from __future__ import annotations
 
@@ -14,26 +15,6 @@ from storage_layout.catalog import TopicInfo
 from storage_layout.errors import TopicExists, TopicNotFound
 
 NO_NODE = -1
-
-
-async def api_versions(connection: Connection, request, version: int) -> dict:
-    return _versions(ErrorCode.none)
-
-
-def api_versions_unsupported() -> dict:
-    """The answer to an ApiVersions request of a version this node does not know: v0's shape,
-    UNSUPPORTED_VERSION and the supported ranges, so the client retries at one of them."""
-    return _versions(ErrorCode.unsupported_version)
-
-
-def _versions(code: ErrorCode) -> dict:
-    from api.kafka.handlers import APIS
-
-    keys = [
-        {"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
-        for api in sorted(APIS.values(), key=lambda api: api.key)
-    ]
-    return {"error_code": code, "api_keys": keys, "throttle_time": 0}
 
 
 async def metadata(connection: Connection, request, version: int) -> dict:
