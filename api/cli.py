@@ -736,7 +736,8 @@ def _timestamp_ms(text: str) -> int:
 
 def _add_jobs(commands) -> None:
     # Imported here: the jobs package is only needed by this command.
-    from jobs.runner import ENGINE_LOCAL, JOBS, add_arguments
+    from jobs.runner import ENGINE_LOCAL, add_arguments
+    from storage_layout.maintenance.jobs import JOBS
 
     jobs = commands.add_parser("jobs", help="retention, key compaction, file optimization, vacuum")
     actions = jobs.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -69,8 +69,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.produce_fetch import machine_info, report_header  # noqa: E402
-from jobs import execute, plans  # noqa: E402
-from jobs.runner import ENGINE_LOCAL, JobRequest, Summary, run_job  # noqa: E402
+from jobs.runner import ENGINE_LOCAL, JobRequest, run_job  # noqa: E402
 from storage_layout import log_commit, paths  # noqa: E402
 from storage_layout.catalog import TopicCatalog  # noqa: E402
 from storage_layout.log import (  # noqa: E402
@@ -79,6 +78,8 @@ from storage_layout.log import (  # noqa: E402
     partition_log,
 )
 from storage_layout.log import reader as log_reader  # noqa: E402
+from storage_layout.maintenance import execute, plans  # noqa: E402
+from storage_layout.maintenance.jobs import Summary  # noqa: E402
 from storage_layout.records import NewRecord  # noqa: E402
 from storage_layout.store.local import LocalStore  # noqa: E402
 from storage_layout.topic_config import TopicConfig  # noqa: E402
@@ -86,7 +87,7 @@ from storage_layout.topic_config import TopicConfig  # noqa: E402
 TOPIC = "bench"
 SEGMENT_BYTES_MIN = 14  # TopicConfig's minimum: every append rolls a new segment
 SEGMENT_STEP_MS = 3_600_000  # record timestamps grow by this much per segment (retention)
-UPKEEP_EVERY_COMMITS = 32  # as the gateway's writer (api/core/writer.py)
+HOUSEKEEPING_EVERY_COMMITS = 32  # as the gateway's writer (api/core/writer.py)
 DEFAULT_HISTORY = "100,1000,4000"
 DEFAULT_DELETABLE = 50
 DEFAULT_DELETABLE_SERIES = "10,100,1000"
@@ -253,13 +254,13 @@ def _append_all(
     batches: Iterator[list[NewRecord]],
     config: TopicConfig,
     label: str,
-    upkeep: bool,
+    housekeeping: bool,
 ) -> int:
     appended = 0
     for count, batch in enumerate(batches, start=1):
         log_.append(batch, config=config)
         appended += len(batch)
-        if upkeep and log_.snapshot.table_version % UPKEEP_EVERY_COMMITS == 0:
+        if housekeeping and log_.snapshot.table_version % HOUSEKEEPING_EVERY_COMMITS == 0:
             log_.housekeeping()
         if count % 500 == 0:
             log(f"  {label}: {count:,} commits")
@@ -267,7 +268,7 @@ def _append_all(
 
 
 def build_retention(
-    root: Path, history: int, records_per_segment: int, rng, *, upkeep: bool = True
+    root: Path, history: int, records_per_segment: int, rng, *, housekeeping: bool = True
 ) -> Built:
     """H segments of `records_per_segment` records; segment i's records are stamped
     reference - (H - i) h (the newest, the active segment, 1 h old)."""
@@ -285,8 +286,8 @@ def build_retention(
                 for j in range(records_per_segment)
             ]
 
-    records = _append_all(log_, batches(), config, f"H={history}", upkeep)
-    if upkeep:
+    records = _append_all(log_, batches(), config, f"H={history}", housekeeping)
+    if housekeeping:
         # Housekeeping leaves up to 99 commits after its last checkpoint, a different number
         # for each H; a checkpoint at the last version makes every H load the same way.
         DeltaTable(log_.table_uri).create_checkpoint()
@@ -504,7 +505,7 @@ def bench_retention(args, tmp: Path, rng: random.Random) -> tuple[list[Point], s
             history,
             args.segment_rows,
             rng,
-            upkeep=not args.no_housekeeping,
+            housekeeping=not args.no_housekeeping,
         )
         builds[history] = built
         log(

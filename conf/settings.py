@@ -187,6 +187,15 @@ class Settings(BaseSettings):
             )
         return self
 
+    def maintenance_intervals_ms(self) -> dict[str, int]:
+        """Each maintenance job's interval, by job name (storage_layout/maintenance/jobs.py)."""
+        return {
+            "retention": self.retention_interval_ms,
+            "compact-keys": self.compact_keys_interval_ms,
+            "optimize-files": self.optimize_files_interval_ms,
+            "vacuum": self.vacuum_interval_ms,
+        }
+
     @property
     def tls_enabled(self) -> bool:
         return self.tls_cert_file is not None

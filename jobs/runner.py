@@ -5,7 +5,8 @@
     lakelog jobs schedule        # every job on its interval (LAKELOG_*_INTERVAL_MS)
 
 With `--engine spark` (the default for `python -m jobs.*`, as on Databricks) each topic
-partition is one Spark task running the executor (jobs/execute.py) where the data is; with
+partition is one Spark task running the executor (storage_layout/maintenance/execute.py)
+where the data is; with
 `--engine local` (the default of `lakelog jobs`, no JVM to start) they run here, one after the
 other. Either way the driver prints the plan of each partition as it finishes ("[3/12] ..."),
 then a summary; a rerun after a crash finishes the work (every step is planned again from the
@@ -21,19 +22,18 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from conf.settings import Settings, load_settings
-from jobs import execute, plans
-from jobs.execute import Outcome, Unit
 from storage_layout import paths, store
 from storage_layout.catalog import TopicCatalog
 from storage_layout.consumer_offsets import ConsumerOffsets
 from storage_layout.errors import TopicNotFound
+from storage_layout.maintenance.execute import Outcome, Unit
+from storage_layout.maintenance.jobs import Summary, execute_unit, summarize
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 ENGINE_SPARK, ENGINE_LOCAL = "spark", "local"
-JOBS = ("retention", "compact-keys", "optimize-files", "vacuum")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,27 +44,6 @@ class JobRequest:
     dry_run: bool = False
     engine: str = ENGINE_LOCAL
     vacuum_retention_ms: int = 7 * 24 * 3_600_000
-
-
-@dataclass(frozen=True, slots=True)
-class Summary:
-    job: str
-    partitions: int
-    failed: int
-    segments: int
-    bytes_removed: int
-    records_removed: int
-    records_kept: int
-    files_deleted: int
-    elapsed_ms: int
-
-    def line(self) -> str:
-        return (
-            f"{self.job}: {self.partitions} partitions, {self.segments} segments, "
-            f"{plans.format_bytes(self.bytes_removed)} and {self.records_removed} records removed, "
-            f"{self.records_kept} records kept, {self.files_deleted} files vacuumed, "
-            f"{self.failed} failed, {self.elapsed_ms / 1000:.1f} s"
-        )
 
 
 def run_job(request: JobRequest, *, out: Callable[[str], None] = print) -> Summary:
@@ -88,16 +67,16 @@ def run_job(request: JobRequest, *, out: Callable[[str], None] = print) -> Summa
         elif outcome.committed:
             out(f"{progress} {outcome.topic}-{outcome.partition}: done in {outcome.elapsed_ms} ms")
     if request.job == "optimize-files" and not request.dry_run:
-        _compact_consumer_offsets(request.root, out)
+        _drop_superseded_offsets(request.root, out)
     summary = summarize(request.job, outcomes, started)
     out(summary.line())
     return summary
 
 
-def _compact_consumer_offsets(root: str, out: Callable[[str], None]) -> None:
+def _drop_superseded_offsets(root: str, out: Callable[[str], None]) -> None:
     """The committed-offsets table keeps the latest row per (group, topic, partition); the
     gateways compact it too, this catches up tables no gateway is writing to."""
-    dropped = ConsumerOffsets(root).compact()
+    dropped = ConsumerOffsets(root).keep_latest()
     out(f"_meta/consumer_offsets: {dropped} superseded rows dropped")
 
 
@@ -152,37 +131,6 @@ def _on_spark(spark, root: str, units: list[Unit], task) -> Iterator[Outcome]:
     for row in frame.select(run("topic", "partition").alias("o")).toLocalIterator():
         values = row.o.asDict()
         yield Outcome(**{**values, "lines": tuple(values["lines"] or ())})
-
-
-def execute_unit(
-    job: str, unit: Unit, *, now_ms: int, dry_run: bool, vacuum_retention_ms: int
-) -> Outcome:
-    """Run `job` on one partition; a failure becomes the outcome (the others go on)."""
-    try:
-        if job == "retention":
-            return execute.run_retention(unit, now_ms=now_ms, dry_run=dry_run)
-        if job == "compact-keys":
-            return execute.run_compact_keys(unit, now_ms=now_ms, dry_run=dry_run)
-        if job == "optimize-files":
-            return execute.run_optimize_files(unit, now_ms=now_ms, dry_run=dry_run)
-        return execute.run_vacuum(unit, retention_ms=vacuum_retention_ms, dry_run=dry_run)
-    except Exception as error:  # reported per partition; the job's exit code says it failed
-        failed = Outcome(job=job, topic=unit.topic, partition=unit.partition, lines=())
-        return replace(failed, error=f"{type(error).__name__}: {error}")
-
-
-def summarize(job: str, outcomes: list[Outcome], started: float) -> Summary:
-    return Summary(
-        job=job,
-        partitions=len(outcomes),
-        failed=sum(1 for o in outcomes if o.error),
-        segments=sum(o.segments for o in outcomes),
-        bytes_removed=sum(o.bytes_removed for o in outcomes),
-        records_removed=sum(o.records_removed for o in outcomes),
-        records_kept=sum(o.records_kept for o in outcomes),
-        files_deleted=sum(o.files_deleted for o in outcomes),
-        elapsed_ms=int((time.monotonic() - started) * 1000),
-    )
 
 
 def _spark_session():

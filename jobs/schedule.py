@@ -19,15 +19,6 @@ from conf.settings import Settings
 from jobs.runner import JobRequest, run_job
 
 
-def intervals_ms(settings: Settings) -> dict[str, int]:
-    return {
-        "retention": settings.retention_interval_ms,
-        "compact-keys": settings.compact_keys_interval_ms,
-        "optimize-files": settings.optimize_files_interval_ms,
-        "vacuum": settings.vacuum_interval_ms,
-    }
-
-
 def run_schedule(
     settings: Settings,
     base: JobRequest,
@@ -36,7 +27,7 @@ def run_schedule(
     out: Callable[[str], None] = print,
 ) -> None:
     """Run each job when due (all at once first) until `stop` is set."""
-    intervals = intervals_ms(settings)
+    intervals = settings.maintenance_intervals_ms()
     due = dict.fromkeys(intervals, time.monotonic())
     while not stop.is_set():
         now = time.monotonic()

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 
 from api.core import metrics
 from conf.settings import Settings
-from jobs.execute import Outcome, Unit
-from jobs.runner import JOBS, execute_unit, summarize
-from jobs.schedule import intervals_ms
 from storage_layout.catalog import TopicInfo
+from storage_layout.maintenance.execute import Outcome, Unit
+from storage_layout.maintenance.jobs import JOBS, execute_unit, summarize
 
 log = logging.getLogger("lakelog.maintenance")
 
@@ -76,7 +75,7 @@ class ScheduledJobs:
     async def run_forever(self) -> None:
         """Each job first one interval after start (a restart does not redo the work of the
         node that ran just before), then on its interval; a failed run is retried next time."""
-        intervals = intervals_ms(self._settings)
+        intervals = self._settings.maintenance_intervals_ms()
         started = time.monotonic()
         due = {job: started + intervals[job] / 1000 for job in JOBS}
         while True:

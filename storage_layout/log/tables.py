@@ -33,7 +33,7 @@ def vacuum_table(table_uri: str, *, retention_hours: int, dry_run: bool) -> list
     """Delete (or with `dry_run` list) data files the log removed more than
     `retention_hours` ago. Lite mode: files the log never committed are not candidates, so a
     writer's file that is not committed yet is never deleted. The caller enforces its own
-    minimum retention (jobs/plans.py), not delta-rs's 7 days."""
+    minimum retention (storage_layout/maintenance/plans.py), not delta-rs's 7 days."""
     try:
         return DeltaTable(table_uri, storage_options=delta_storage_options()).vacuum(
             retention_hours=retention_hours,

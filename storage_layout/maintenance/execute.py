@@ -1,11 +1,12 @@
 """Thin executors: run one job's plan on one topic partition and commit it.
 
-Each function plans from the partition's current snapshot (jobs/plans.py, pure), does the I/O
+Each function plans from the partition's current snapshot (maintenance/plans.py, pure), does the I/O
 the plan asks for, and commits with `DeltaPartitionLog.commit_maintenance`: one commit after the
 planned snapshot that steps over the gateway's appends (they only touch the active segment,
 which no plan includes). A commit that loses to another job is planned again from the new
 snapshot, so a rerun after a crash, or two runs at once, finish the work without doing it twice.
-Nothing here imports Spark: jobs/runner.py runs these functions in Spark tasks or in-process.
+Nothing here imports Spark: jobs/runner.py runs these functions in Spark tasks, a node's
+scheduler (api/core/scheduled_jobs.py) and `--engine local` in-process (maintenance/jobs.py).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs import plans
 from storage_layout import paths
 from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog, checkpoint_table, vacuum_table
 from storage_layout.log.transaction_index import AbortedTransaction, aborted_mask
+from storage_layout.maintenance import plans
 from storage_layout.records import AppTransaction
 from storage_layout.schema import LOG_START_APP_ID
 

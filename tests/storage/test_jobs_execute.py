@@ -1,5 +1,6 @@
-"""The maintenance executors (jobs/execute.py) on real partition tables, record by record:
-latest per key, tombstones, min.compaction.lag.ms, the log start, file merges, and reruns."""
+"""The maintenance executors (storage_layout/maintenance/execute.py) on real partition tables,
+record by record: latest per key, tombstones, min.compaction.lag.ms, the log start, file
+merges, and reruns."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import time
 import pytest
 from deltalake import DeltaTable
 
-from jobs import execute
-from jobs.execute import Unit
 from storage_layout.catalog import TopicCatalog
 from storage_layout.errors import OffsetOutOfRange
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.maintenance import execute
+from storage_layout.maintenance.execute import Unit
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import Isolation, NewRecord
 from storage_layout.schema import CONTROL_ABORT, CONTROL_COMMIT

@@ -4,7 +4,9 @@ import dataclasses
 
 import pytest
 
-from jobs.plans import (
+from storage_layout.errors import CorruptPartition
+from storage_layout.log import DataFile, LogSnapshot
+from storage_layout.maintenance.plans import (
     LOG_START,
     RETENTION_BYTES,
     RETENTION_MS,
@@ -16,8 +18,6 @@ from jobs.plans import (
     plan_vacuum,
     segments,
 )
-from storage_layout.errors import CorruptPartition
-from storage_layout.log import DataFile, LogSnapshot
 from storage_layout.topic_config import TopicConfig
 
 NOW_MS = 1_700_000_000_000

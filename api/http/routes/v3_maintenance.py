@@ -9,7 +9,6 @@ from fastapi import APIRouter, Request
 
 from api.http.deps import BrokerDep, base_url
 from api.http.routes.v3_topics import check_cluster
-from jobs.schedule import intervals_ms
 
 router = APIRouter(prefix="/v3", tags=["v3 maintenance (lakelog)"])
 
@@ -29,7 +28,7 @@ async def maintenance_runs(cluster_id: str, request: Request, broker: BrokerDep)
         "metadata": {"self": f"{url}/v3/clusters/{cluster_id}/maintenance"},
         "node_id": broker.settings.node_id,
         "enabled": scheduled is not None,
-        "intervals_ms": intervals_ms(broker.settings),
+        "intervals_ms": broker.settings.maintenance_intervals_ms(),
         "runs": runs,
         # the runs that committed a change or failed (kept longer than `runs`)
         "changes": changes,
