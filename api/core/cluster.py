@@ -1,4 +1,4 @@
-"""Gateway nodes sharing one storage root: liveness, and who should lead each partition.
+"""Nodes sharing one storage root: liveness, and who should lead each partition.
 
 Each node rewrites its liveness record every `heartbeat_ms`; a node whose heartbeat counter has
 not changed for `lease_ms` of *this* node's monotonic clock is dead. The preferred leader of a
@@ -73,13 +73,20 @@ def preferred_node(live_nodes: list[int], topic: str, partition: int) -> int | N
 
 
 class Cluster:
-    """This node's view of the cluster; `heartbeat` is called on a timer by the broker."""
+    """This node's view of the cluster; `heartbeat` is called on a timer (api/core/membership)."""
 
-    def __init__(self, settings: ClusterSettings, registry: NodeRegistry) -> None:
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        registry: NodeRegistry,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         self.node_id = settings.node_id
         self._registry = registry
-        self._liveness = NodeLiveness(settings.lease_ms)
+        self._clock = clock  # seconds; the leases are judged on this node's clock alone
+        self._liveness = NodeLiveness(settings.lease_ms, clock)
         self._incarnation = uuid.uuid4().hex
         self._heartbeat = 0
         self._last_renewed = 0.0
@@ -97,7 +104,7 @@ class Cluster:
         # The lease counts from before the write (conservative for fencing), and can_lead()
         # turns true only once the others have been observed too: a node resuming from a
         # pause must not take a partition while its view of who is alive is still old.
-        renewed_at = time.monotonic()
+        renewed_at = self._clock()
         self._registry.write(record)
         self._liveness.observe(self._registry.read_all())
         self._last_renewed = renewed_at
@@ -109,7 +116,7 @@ class Cluster:
     def can_lead(self) -> bool:
         """False once this node has not renewed for most of a lease: it must stop writing
         before others may consider it dead and take its partitions."""
-        age_s = time.monotonic() - self._last_renewed
+        age_s = self._clock() - self._last_renewed
         return age_s < 0.8 * self.settings.lease_ms / 1000
 
     def is_alive(self, node_id: int) -> bool:

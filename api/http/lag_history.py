@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from api.core.broker import Broker
@@ -43,8 +44,15 @@ class LagSample:
 
 
 class LagHistory:
-    def __init__(self, *, interval_ms: int, samples_max: int) -> None:
+    def __init__(
+        self,
+        *,
+        interval_ms: int,
+        samples_max: int,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
         self.interval_ms = interval_ms
+        self._clock_ms = clock_ms  # the samples' wall-clock times
         self._samples_max = samples_max
         self._history: dict[str, deque[LagSample]] = {}
 
@@ -82,7 +90,7 @@ class LagHistory:
         for group_id in list(self._history):
             if group_id not in offsets:  # no longer coordinated here, or no offsets left
                 del self._history[group_id]
-        now_ms = int(time.time() * 1000)
+        now_ms = self._clock_ms()
         for group_id, group_offsets in offsets.items():
             history = self._history.setdefault(group_id, deque(maxlen=self._samples_max))
             history.append(_sample(now_ms, group_offsets, end_of, history[-1] if history else None))
