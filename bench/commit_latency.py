@@ -23,16 +23,16 @@ from storage_layout.topic_config import TopicConfig  # noqa: E402
 RECORD = [NewRecord(None, b"x" * 100)]
 
 
-UPKEEP_EVERY_COMMITS = 32  # as the gateway's writer (api/core/writer.py)
+HOUSEKEEPING_EVERY_COMMITS = 32  # as the gateway's writer (api/core/writer.py)
 
 
 def append(log: DeltaPartitionLog, config: TopicConfig) -> float:
-    """One timed append; housekeeping every UPKEEP_EVERY_COMMITS commits, untimed, as the
+    """One timed append; housekeeping every HOUSEKEEPING_EVERY_COMMITS commits, untimed, as the
     gateway runs it in the background."""
     start = time.perf_counter()
     log.append(RECORD, config=config)
     elapsed_ms = (time.perf_counter() - start) * 1000
-    if log.snapshot.table_version % UPKEEP_EVERY_COMMITS == 0:
+    if log.snapshot.table_version % HOUSEKEEPING_EVERY_COMMITS == 0:
         log.housekeeping()
     return elapsed_ms
 

@@ -231,7 +231,7 @@ class TopicCatalog:
             raise on_conflict from error
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot write the topic catalog: {error}") from error
-        meta_tables.maybe_compact(self._dt)
+        meta_tables.maybe_bin_pack(self._dt)
 
 
 def check_partition_count(partitions: int) -> None:

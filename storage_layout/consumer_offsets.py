@@ -11,8 +11,8 @@ Concurrency contract: every method is safe to call from several threads. One loc
 this object's table refreshes and commits (all groups'), so one process makes one offset commit
 at a time: about 10 ms each on a local disk, i.e. roughly 100 commits/s per process whatever
 the number of groups; coordinators batch a group's queued commits into one call to stay under
-that. Reads (`load`, `groups`) and compaction read files outside the lock. Processes and nodes
-are serialized by the txn compare-and-sets.
+that. Reads (`load`, `groups`) and keeping the latest rows read files outside the lock.
+Processes and nodes are serialized by the txn compare-and-sets.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ CONSUMER_OFFSETS_TABLE = "consumer_offsets"
 # Kafka's generation for commits made outside a group generation (admin resets, simple
 # consumers).
 GENERATION_NONE = -1
-# The compaction's own txn: two compactions planned on one snapshot cannot both commit (their
+# The latest-rows rewrite's own txn: two rewrites planned on one snapshot cannot both commit (their
 # removes are dataChange=false, which delta-rs does not check against each other). Coordinators
 # never carry it, so it never fails their commits.
-COMPACTION_APP_ID = "compaction"
+LATEST_ROWS_APP_ID = "compaction"  # the value is part of the table format: never change it
 # A commit failing on something other than the group's txn (nothing written) is retried.
 COMMIT_ATTEMPTS_MAX = 3
 # Short log retention: delta-rs lists `_delta_log` on every commit, so a log kept for days
@@ -130,15 +130,16 @@ class StoredFile:
 
 
 @dataclass(frozen=True, slots=True)
-class CompactionPlan:
-    """A compaction decided on one snapshot: the files it read and the latest rows they hold.
+class LatestRowsPlan:
+    """A latest-rows rewrite decided on one snapshot: the files it read and the latest rows
+    they hold.
 
-    The commit is built on `_table` (that snapshot), so the compaction txn conflicts with any
-    compaction committed since.
+    The commit is built on `_table` (that snapshot), so its txn conflicts with any rewrite
+    committed since.
     """
 
     table_version: int
-    compaction_version: int  # the COMPACTION_APP_ID txn this compaction commits
+    rewrite_version: int  # the LATEST_ROWS_APP_ID txn this rewrite commits
     files: tuple[StoredFile, ...]
     rows: pa.Table  # the latest row of each (group_id, topic, partition) in `files`
     rows_dropped: int
@@ -161,7 +162,7 @@ class ConsumerOffsets:
         self._uri = paths.meta_table_uri(paths.normalize_root(root), CONSUMER_OFFSETS_TABLE)
         self._store = open_store(self._uri)
         self._lock = threading.Lock()  # guards _dt and _sequences
-        self._compacting = threading.Lock()  # at most one compaction from this object at once
+        self._rewriting = threading.Lock()  # at most one rewrite from this object at once
         self._dt = meta_tables.open_or_create(
             self._uri, CONSUMER_OFFSETS_SCHEMA, TABLE_CONFIGURATION
         )
@@ -232,8 +233,8 @@ class ConsumerOffsets:
 
         The commit carries `Transaction("group:<group_id>", held.version)`: if another node
         took the group since, nothing is written. Every row gets the group's next
-        commit_sequence. May compact the table afterwards (outside the lock), once it holds
-        more than META_FILES_MAX files.
+        commit_sequence. May rewrite the table to its latest rows afterwards (outside the
+        lock), once it holds more than META_FILES_MAX files.
 
         Returns:
             The commit_sequence of these rows.
@@ -275,10 +276,10 @@ class ConsumerOffsets:
         with self._lock:
             results = self._commit_locked(entries, now_ms)
             files_count = len(self._dt.file_uris())
-        if files_count > META_FILES_MAX and not self._compacting.locked():
-            # In the background: a compaction took 50-160 ms, the p99 of the commits that ran
-            # it inline. It is safe next to commits (see `compact`).
-            threading.Thread(target=self._maybe_compact, daemon=True).start()
+        if files_count > META_FILES_MAX and not self._rewriting.locked():
+            # In the background: a rewrite took 50-160 ms, the p99 of the commits that ran
+            # it inline. It is safe next to commits (see `keep_latest`).
+            threading.Thread(target=self._maybe_keep_latest, daemon=True).start()
         return results
 
     def _commit_locked(self, entries, now_ms: int) -> dict[str, int | LeadershipConflict]:
@@ -445,14 +446,14 @@ class ConsumerOffsets:
             raise StorageUnavailable(f"Cannot read {self._uri}: {error}") from error
         check_protocol(self._dt.protocol(), self._uri)
 
-    # ---- compaction --------------------------------------------------------------------------
+    # ---- keeping the latest rows ---------------------------------------------------------
 
-    def compact(self) -> int:
+    def keep_latest(self) -> int:
         """Rewrite the table keeping only the latest row of each (group, topic, partition).
 
         Safe while coordinators commit: it removes only the files it read, so a commit that
         lands meanwhile (a new file) survives, and it carries no group txn, so it never fails
-        a coordinator's commit. It gives up (returns 0) if another compaction committed first.
+        a coordinator's commit. It gives up (returns 0) if another rewrite committed first.
 
         Returns:
             The number of superseded rows dropped (0 also when it gave up or had nothing to do).
@@ -460,13 +461,13 @@ class ConsumerOffsets:
         Raises:
             StorageUnavailable: the table could not be read.
         """
-        plan = self.plan_compaction()
-        return 0 if plan is None else self.commit_compaction(plan)
+        plan = self.plan_keep_latest()
+        return 0 if plan is None else self.commit_keep_latest(plan)
 
-    def plan_compaction(self) -> CompactionPlan | None:
+    def plan_keep_latest(self) -> LatestRowsPlan | None:
         """Read the latest snapshot and choose the rows to keep; None when it has fewer than
         two files (a single file holds no superseded row: a commit writes each partition once
-        and a compaction output only latest rows)."""
+        and a rewrite outputs only latest rows)."""
         try:
             table = DeltaTable(
                 self._uri, storage_options=delta_storage_options()
@@ -479,20 +480,20 @@ class ConsumerOffsets:
             return None
         rows = self._read_files(files, CONSUMER_OFFSETS_SCHEMA.names)
         latest = _latest_rows(rows, ("group_id", "topic", "partition"))
-        previous = table.transaction_version(COMPACTION_APP_ID)
-        return CompactionPlan(
+        previous = table.transaction_version(LATEST_ROWS_APP_ID)
+        return LatestRowsPlan(
             table_version=table.version(),
-            compaction_version=0 if previous is None else previous + 1,
+            rewrite_version=0 if previous is None else previous + 1,
             files=tuple(files),
             rows=latest,
             rows_dropped=rows.num_rows - latest.num_rows,
             _table=table,
         )
 
-    def commit_compaction(self, plan: CompactionPlan) -> int:
+    def commit_keep_latest(self, plan: LatestRowsPlan) -> int:
         """Write the plan's rows as one file and commit remove(its files) + add(that file),
         dataChange=false (it changes no committed offset: streaming readers of the table see
-        each commit once and never a compaction).
+        each commit once and never a rewrite).
 
         Returns:
             plan.rows_dropped, or 0 when the commit conflicted (the new file is deleted).
@@ -503,7 +504,7 @@ class ConsumerOffsets:
         add = self._write_file(plan.rows)
         now_ms = int(time.time() * 1000)
         removes = [RemoveAction(f.path, False, now_ms, f.size_bytes) for f in plan.files]
-        transaction = Transaction(COMPACTION_APP_ID, plan.compaction_version)
+        transaction = Transaction(LATEST_ROWS_APP_ID, plan.rewrite_version)
         try:
             plan._table.create_write_transaction(
                 [*removes, add],
@@ -519,17 +520,17 @@ class ConsumerOffsets:
             raise StorageUnavailable(f"Cannot write {self._uri}: {error}") from error
         return plan.rows_dropped
 
-    def _maybe_compact(self) -> None:
-        """Compact after a commit, unless this object is compacting already. A failure only
-        delays it to a later commit: the commit itself has succeeded."""
-        if not self._compacting.acquire(blocking=False):
+    def _maybe_keep_latest(self) -> None:
+        """Keep the latest rows after a commit, unless this object is rewriting already. A
+        failure only delays it to a later commit: the commit itself has succeeded."""
+        if not self._rewriting.acquire(blocking=False):
             return
         try:
-            self.compact()
+            self.keep_latest()
         except StorageError:
             pass
         finally:
-            self._compacting.release()
+            self._rewriting.release()
 
     def _write_file(self, rows: pa.Table) -> AddAction:
         relative = f"part-{uuid.uuid4().hex}.zstd.parquet"
@@ -631,7 +632,7 @@ def _latest_rows(table: pa.Table, keys: Sequence[str]) -> pa.Table:
 
 
 def _file_stats(rows: pa.Table) -> str:
-    """Delta statistics of a compaction output: exact bounds of the key columns, so readers
+    """Delta statistics of a rewrite's output: exact bounds of the key columns, so readers
     of one group skip files that cannot hold it."""
     stats: dict = {"numRecords": rows.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
     for name in _STATS_COLUMNS:

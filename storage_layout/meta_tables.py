@@ -44,7 +44,7 @@ def open_or_create(
         raise StorageUnavailable(f"Cannot load {uri}: {error}") from error
 
 
-def maybe_compact(dt: DeltaTable) -> None:
+def maybe_bin_pack(dt: DeltaTable) -> None:
     """Compact the table once it holds more than META_FILES_MAX files."""
     try:
         if pa.table(dt.get_add_actions()).num_rows > META_FILES_MAX:

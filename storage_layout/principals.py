@@ -138,7 +138,7 @@ class DocumentTable:
             raise
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot write {self._uri}: {error}") from error
-        meta_tables.maybe_compact(self._dt)
+        meta_tables.maybe_bin_pack(self._dt)
 
     def _refresh(self) -> bool:
         try:

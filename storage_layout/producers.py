@@ -100,7 +100,7 @@ class ProducerIdAllocator:
             raise
         except (OSError, DeltaError) as error:
             raise StorageUnavailable(f"Cannot write {self._uri}: {error}") from error
-        meta_tables.maybe_compact(self._dt)
+        meta_tables.maybe_bin_pack(self._dt)
         return identity
 
     def _refresh(self) -> None:

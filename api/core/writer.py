@@ -40,10 +40,10 @@ log = logging.getLogger("lakelog.writer")
 # before any waiting request is answered, to test retries after an ambiguous failure.
 FAULT_AFTER_COMMIT_BEFORE_ACK = "after_commit_before_ack"
 FAULT_EXIT_CODE = 75
-# Housekeeping runs after this many commits, and at most once per UPKEEP_INTERVAL_MS: at a
+# Housekeeping runs after this many commits, and at most once per HOUSEKEEPING_INTERVAL_MS: at a
 # high commit rate each pass then merges one larger run instead of many passes of 32 files.
-UPKEEP_EVERY_COMMITS = 32
-UPKEEP_INTERVAL_MS = 1000
+HOUSEKEEPING_EVERY_COMMITS = 32
+HOUSEKEEPING_INTERVAL_MS = 1000
 # A group commit that loses the offset CAS to another writer (a Spark task appending directly)
 # is planned again from the reloaded log until this long after its first attempt; only then do
 # its producers see the (retriable) error.
@@ -143,10 +143,10 @@ class PartitionWriter:
         self._wakeup = asyncio.Event()
         self._appended = asyncio.Event()
         self._closed = False
-        self._commits_since_upkeep = 0
+        self._commits_since_housekeeping = 0
         self._expired_at_ms = 0  # when idle producers were last forgotten
-        self._upkeep_started = 0.0  # time.monotonic() of the last housekeeping start
-        self._upkeep: asyncio.Future | None = None
+        self._housekeeping_started = 0.0  # time.monotonic() of the last housekeeping start
+        self._housekeeping: asyncio.Future | None = None
         self._catch_up_requested = False
         self._catch_up_asked_at = 0.0  # time.monotonic() of the last request
         self._last_arrival = 0.0  # time.monotonic() of the last submit
@@ -246,8 +246,8 @@ class PartitionWriter:
         self._closed = True
         self._wakeup.set()
         await self._task
-        if self._upkeep is not None:
-            await asyncio.gather(self._upkeep, return_exceptions=True)
+        if self._housekeeping is not None:
+            await asyncio.gather(self._housekeeping, return_exceptions=True)
             await self._commit_merge_when_idle()  # a pass that finished after the last append
 
     async def _run(self) -> None:
@@ -290,8 +290,8 @@ class PartitionWriter:
     async def _commit_merge_when_idle(self) -> None:
         """Housekeeping's small-file merge rides on the next append; with none queued (the
         partition went quiet, or the writer closes), it is committed on its own."""
-        upkeep_running = self._upkeep is not None and not self._upkeep.done()
-        if self._queue or upkeep_running or not self.log.merge_pending or self.deposed:
+        housekeeping_running = self._housekeeping is not None and not self._housekeeping.done()
+        if self._queue or housekeeping_running or not self.log.merge_pending or self.deposed:
             return
         loop = asyncio.get_running_loop()
         try:
@@ -535,25 +535,30 @@ class PartitionWriter:
         self._maybe_start_housekeeping()
 
     def _maybe_start_housekeeping(self) -> None:
-        """Every UPKEEP_EVERY_COMMITS commits (and UPKEEP_INTERVAL_MS), merge small files,
-        checkpoint and trim the log in the background (the cost of opening and reading a
+        """Every HOUSEKEEPING_EVERY_COMMITS commits (and HOUSEKEEPING_INTERVAL_MS), merge small
+        files, checkpoint and trim the log in the background (the cost of opening and reading a
         table grows with files and log entries); appends go on meanwhile: the housekeeping
         commits change no record, and a direct append steps over them."""
-        self._commits_since_upkeep += 1
-        running = self._upkeep is not None and not self._upkeep.done()
-        since_ms = (time.monotonic() - self._upkeep_started) * 1000
-        if self._commits_since_upkeep < UPKEEP_EVERY_COMMITS or since_ms < UPKEEP_INTERVAL_MS:
+        self._commits_since_housekeeping += 1
+        running = self._housekeeping is not None and not self._housekeeping.done()
+        since_ms = (time.monotonic() - self._housekeeping_started) * 1000
+        if (
+            self._commits_since_housekeeping < HOUSEKEEPING_EVERY_COMMITS
+            or since_ms < HOUSEKEEPING_INTERVAL_MS
+        ):
             return
         if running:
             return
-        self._commits_since_upkeep = 0
+        self._commits_since_housekeeping = 0
         self._expired_at_ms = 0  # when idle producers were last forgotten
-        self._upkeep_started = time.monotonic()
+        self._housekeeping_started = time.monotonic()
         loop = asyncio.get_running_loop()
         history_ms = self._config().delta_log_retention_ms
-        self._upkeep = loop.run_in_executor(self._executor, self.log.housekeeping, history_ms)
-        self._upkeep.add_done_callback(_report_upkeep_failure)
-        self._upkeep.add_done_callback(lambda _: self._wakeup.set())  # an idle merge to commit
+        self._housekeeping = loop.run_in_executor(self._executor, self.log.housekeeping, history_ms)
+        self._housekeeping.add_done_callback(_report_housekeeping_failure)
+        self._housekeeping.add_done_callback(
+            lambda _: self._wakeup.set()
+        )  # an idle merge to commit
 
     async def _state_may_be_stale(self, first_try: float) -> bool:
         """Before a sequence error (a definite answer: the client re-initialises), check that
@@ -691,6 +696,6 @@ def _fail(batch: Sequence[_Pending], error: Exception) -> None:
             pending.future.set_exception(error)
 
 
-def _report_upkeep_failure(future: asyncio.Future) -> None:
+def _report_housekeeping_failure(future: asyncio.Future) -> None:
     if not future.cancelled() and future.exception() is not None:
         log.error("housekeeping failed: %r", future.exception())

@@ -15,8 +15,8 @@ Every commit goes through `storage_layout.log_commit` and the root's `Store` (pu
 
 from storage_layout.log.housekeeping import (
     CHECKPOINT_INTERVAL,
-    COMPACT_FILES_MIN,
     LOG_GRACE_MS,
+    MERGE_FILES_MIN,
     SMALL_FILE_BYTES,
 )
 from storage_layout.log.partition_log import DeltaPartitionLog
@@ -31,7 +31,7 @@ from storage_layout.log.tables import (
 
 __all__ = [
     "CHECKPOINT_INTERVAL",
-    "COMPACT_FILES_MIN",
+    "MERGE_FILES_MIN",
     "LOG_GRACE_MS",
     "SMALL_FILE_BYTES",
     "TABLE_CONFIGURATION",

@@ -29,10 +29,10 @@ CHECKPOINT_INTERVAL = int(TABLE_CONFIGURATION["delta.checkpointInterval"])
 # Log files older than the previous checkpoint are kept this long for readers that pinned a
 # version (a Spark batch read plans on one); then they go.
 LOG_GRACE_MS = 10_000
-# Files below this size are "small"; a run of COMPACT_FILES_MIN of them in one segment is
+# Files below this size are "small"; a run of MERGE_FILES_MIN of them in one segment is
 # rewritten as one file. 32 keeps a partition near 32 + (segments) files whatever its age.
 SMALL_FILE_BYTES = 16 * 1024 * 1024
-COMPACT_FILES_MIN = 32
+MERGE_FILES_MIN = 32
 # A merge steps over the appends committed while it wrote its file, at most this many; then
 # it gives up (its file is deleted) and the next pass plans again.
 MERGE_STEPS_MAX = 1_000
@@ -52,7 +52,7 @@ class PreparedMerge:
 
 
 class Housekeeper:
-    """The background upkeep of one partition table. Runs in a thread beside the writer: it
+    """The background housekeeping of one partition table. Runs in a thread beside the writer: it
     reads the writer's snapshot and never replaces it (the writer sees a merge as a
     rearrangement it steps over). Not thread-safe itself: one pass at a time."""
 
@@ -189,17 +189,17 @@ def _past_the_head(version: int, removed: set[str], head: Head) -> int:
 
 
 def small_file_run(files: tuple[DataFile, ...]) -> list[DataFile]:
-    """The first run of at least COMPACT_FILES_MIN consecutive small files of one segment,
+    """The first run of at least MERGE_FILES_MIN consecutive small files of one segment,
     size-tiered: files at the front holding more records than the rest of the run are left
     out, so a merged file is rewritten again only once as many records arrived after it (each
     record is rewritten O(log n) times, not once per pass). Records, not bytes: a one-record
     Parquet file is mostly footer."""
     for run in _small_file_runs(files):
-        while len(run) >= COMPACT_FILES_MIN and run[0].num_records > sum(
+        while len(run) >= MERGE_FILES_MIN and run[0].num_records > sum(
             f.num_records for f in run[1:]
         ):
             run = run[1:]
-        if len(run) >= COMPACT_FILES_MIN:
+        if len(run) >= MERGE_FILES_MIN:
             return run
     return []
 

@@ -755,7 +755,7 @@ class DeltaPartitionLog:
         ):
             self._merge = None
 
-    def maybe_compact_files(self) -> int:
+    def maybe_merge_small_files(self) -> int:
         """Housekeeping's small-file merge, run on this log's own snapshot and applied to it
         (for tools and tests that drive a log directly, between their appends). Not safe
         concurrently with `append` or `housekeeping` on the same object.

@@ -238,7 +238,7 @@ def test_file_rewrite_between_batches_gives_no_duplicates(lakelog, tmp_path):
     for _ in range(15):
         _produce(root, "merged", 0, 1)
     log = DeltaPartitionLog.open(uri)
-    assert log.maybe_compact_files() == 40  # one file now holds offsets 0..39
+    assert log.maybe_merge_small_files() == 40  # one file now holds offsets 0..39
     DeltaTable(uri).delete("offset = 30")  # as keep-latest-per-key would
     assert len(DeltaPartitionLog.open(uri).snapshot.files) == 1
     _available_now(_stream(lakelog, root, **options), tmp_path)

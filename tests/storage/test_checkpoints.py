@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 
 from storage_layout import log_commit
 from storage_layout.errors import CorruptPartition
-from storage_layout.log import COMPACT_FILES_MIN, DeltaPartitionLog, vacuum_table
+from storage_layout.log import MERGE_FILES_MIN, DeltaPartitionLog, vacuum_table
 from storage_layout.log.checkpoint import checkpoint_name, write_checkpoint
 from storage_layout.log.reader import TableReader
 from storage_layout.log.replay import read_state
@@ -35,9 +35,9 @@ def busy_table(tmp_path) -> tuple[str, DeltaPartitionLog]:
     DeltaPartitionLog.create(uri)
     log = DeltaPartitionLog.open(uri)
     log.commit_leadership(3, expected=None, hold=True)
-    for index in range(COMPACT_FILES_MIN + 5):
+    for index in range(MERGE_FILES_MIN + 5):
         log.append([NewRecord(b"k%d" % index, b"v%d" % index)], config=CONFIG)
-    assert log.maybe_compact_files() >= COMPACT_FILES_MIN
+    assert log.maybe_merge_small_files() >= MERGE_FILES_MIN
     log.append_once(
         [NewRecord(b"s", b"sink")], config=CONFIG, transaction=AppTransaction("spark-sink", 7)
     )
@@ -104,9 +104,9 @@ def test_tombstones_carry_over_from_checkpoint_to_checkpoint_and_leave_memory(bu
     logs = open_store(uri).child(log_commit.LOG_DIR)
     removed_first = set(log.snapshot.state.tombstones)
     first = write_checkpoint(logs, log.snapshot.state)
-    for index in range(COMPACT_FILES_MIN):
+    for index in range(MERGE_FILES_MIN):
         log.append([NewRecord(None, b"more%d" % index)], config=CONFIG)
-    assert log.maybe_compact_files() >= COMPACT_FILES_MIN
+    assert log.maybe_merge_small_files() >= MERGE_FILES_MIN
     state = log.snapshot.state.checkpointed(*first)
     removed_since = set(state.tombstones)
     assert removed_since and not removed_since & removed_first

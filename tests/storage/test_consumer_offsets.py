@@ -238,14 +238,14 @@ def test_compaction_keeps_exactly_the_latest_rows(tmp_path):
     row and what load() returns is unchanged."""
     node = ConsumerOffsets(str(tmp_path))
     before = _commit_history(node)
-    assert node.compact() == 2 * 12 - 2 * 4
+    assert node.keep_latest() == 2 * 12 - 2 * 4
     rows = stored_rows(tmp_path)
     assert len(rows) == 8
     assert len({(r["group_id"], r["topic"], r["partition"]) for r in rows}) == 8
     assert len(DeltaTable(table_uri(tmp_path)).file_uris()) == 1
     reopened = ConsumerOffsets(str(tmp_path))
     assert {group: reopened.load(group) for group in ("a", "b")} == before
-    assert node.compact() == 0  # one file: nothing to do
+    assert node.keep_latest() == 0  # one file: nothing to do
 
 
 def test_commit_between_compaction_read_and_commit_survives(tmp_path):
@@ -253,7 +253,7 @@ def test_commit_between_compaction_read_and_commit_survives(tmp_path):
     compaction does not remove) is kept, and the compaction still commits."""
     node = ConsumerOffsets(str(tmp_path))
     _commit_history(node)
-    plan = node.plan_compaction()
+    plan = node.plan_keep_latest()
     held = node.group_coordinator("a")
     node.commit(
         "a",
@@ -262,7 +262,7 @@ def test_commit_between_compaction_read_and_commit_survives(tmp_path):
         generation=9,
         member_id="late",
     )
-    assert node.commit_compaction(plan) == plan.rows_dropped > 0
+    assert node.commit_keep_latest(plan) == plan.rows_dropped > 0
     loaded = ConsumerOffsets(str(tmp_path)).load("a")
     assert offsets_of(loaded)[("t", 0)] == 999 and offsets_of(loaded)[("new", 0)] == 1
     assert len(stored_rows(tmp_path)) == 8 + 2
@@ -275,7 +275,7 @@ def test_coordinator_on_a_pre_compaction_snapshot_still_commits(tmp_path):
     _commit_history(paused)
     held = paused.group_coordinator("b")
     paused.pause()
-    assert ConsumerOffsets(str(tmp_path)).compact() > 0
+    assert ConsumerOffsets(str(tmp_path)).keep_latest() > 0
     paused.commit("b", held, [OffsetCommit("t", 0, 555)], generation=7, member_id="x")
     loaded = ConsumerOffsets(str(tmp_path)).load("b")
     assert offsets_of(loaded)[("t", 0)] == 555
@@ -286,9 +286,9 @@ def test_second_compaction_of_one_snapshot_gives_up(tmp_path):
     the table never holds the latest rows twice."""
     node = ConsumerOffsets(str(tmp_path))
     before = _commit_history(node)
-    first, second = node.plan_compaction(), node.plan_compaction()
-    assert node.commit_compaction(first) > 0
-    assert node.commit_compaction(second) == 0
+    first, second = node.plan_keep_latest(), node.plan_keep_latest()
+    assert node.commit_keep_latest(first) > 0
+    assert node.commit_keep_latest(second) == 0
     assert len(stored_rows(tmp_path)) == 8
     assert {group: node.load(group) for group in ("a", "b")} == before
 
@@ -333,7 +333,7 @@ def test_table_is_plain_delta_with_the_documented_schema(tmp_path):
         assert (latest["group_id"], latest["topic"], latest["partition"]) == ("g", "t", 0)
         assert (latest["offset"], latest["metadata"], latest["generation"]) == (6, None, 2)
         assert latest["committed_at"].timestamp() == pytest.approx(1_700_000_000.001)
-        node.compact()
+        node.keep_latest()
     assert table.num_rows == 1
 
 

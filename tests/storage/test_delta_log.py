@@ -18,7 +18,7 @@ from storage_layout.errors import (
     StorageUnavailable,
     UnsupportedTableFeatures,
 )
-from storage_layout.log import COMPACT_FILES_MIN, DataFile, DeltaPartitionLog, housekeeping
+from storage_layout.log import MERGE_FILES_MIN, DataFile, DeltaPartitionLog, housekeeping
 from storage_layout.records import NewRecord
 from storage_layout.schema import PARTITION_SCHEMA
 from storage_layout.store import open_store
@@ -239,16 +239,16 @@ def test_small_files_are_compacted_in_offset_order(table_uri):
     """A run of small files becomes one file with the same records in offset order; the
     rewrite is dataChange=false and reads before and after it agree."""
     log = DeltaPartitionLog.open(table_uri)
-    for index in range(COMPACT_FILES_MIN + 3):
+    for index in range(MERGE_FILES_MIN + 3):
         log.append([NewRecord(None, f"v{index}".encode())], config=CONFIG)
     before = log.read(from_offset=0, records_max=100, bytes_max=10**6).records
-    assert log.maybe_compact_files() == COMPACT_FILES_MIN + 3
+    assert log.maybe_merge_small_files() == MERGE_FILES_MIN + 3
     assert len(log.snapshot.files) == 1
     reopened = DeltaPartitionLog.open(table_uri)
     assert len(reopened.snapshot.files) == 1
     after = reopened.read(from_offset=0, records_max=100, bytes_max=10**6).records
     assert after.equals(before)
-    assert log.append(records(1), config=CONFIG).base_offset == COMPACT_FILES_MIN + 3
+    assert log.append(records(1), config=CONFIG).base_offset == MERGE_FILES_MIN + 3
 
 
 def test_compaction_leaves_short_runs_alone(table_uri):
@@ -256,7 +256,7 @@ def test_compaction_leaves_short_runs_alone(table_uri):
     log = DeltaPartitionLog.open(table_uri)
     for _ in range(3):
         log.append(records(1), config=CONFIG)
-    assert log.maybe_compact_files() == 0
+    assert log.maybe_merge_small_files() == 0
     assert len(log.snapshot.files) == 3
 
 
@@ -278,7 +278,7 @@ def test_housekeeping_bounds_the_log_and_the_files(table_uri, monkeypatch):
         if name.endswith(".json")
     )
     assert versions[0] >= housekeeping.CHECKPOINT_INTERVAL
-    assert len(DeltaPartitionLog.open(table_uri).snapshot.files) < COMPACT_FILES_MIN + 10
+    assert len(DeltaPartitionLog.open(table_uri).snapshot.files) < MERGE_FILES_MIN + 10
     assert log.append(records(1), config=CONFIG).base_offset == total
     assert DeltaPartitionLog.open(table_uri).bounds().high_watermark == total + 1
     assert DeltaTable(table_uri).to_pyarrow_table().num_rows == total + 1
@@ -298,16 +298,16 @@ def _files(records: list[int], segment: int = 0, first_offset: int = 0) -> tuple
 def test_compaction_is_size_tiered():
     """A merged file is merged again only once the files after it hold more records, so
     records are not rewritten on every pass; runs never cross segments or large files."""
-    run = housekeeping.small_file_run(_files([1000] + [1] * COMPACT_FILES_MIN))
-    assert [f.path for f in run] == [f"f{i}" for i in range(1, COMPACT_FILES_MIN + 1)]
-    outweighed = _files([1000] + [40] * COMPACT_FILES_MIN)
+    run = housekeeping.small_file_run(_files([1000] + [1] * MERGE_FILES_MIN))
+    assert [f.path for f in run] == [f"f{i}" for i in range(1, MERGE_FILES_MIN + 1)]
+    outweighed = _files([1000] + [40] * MERGE_FILES_MIN)
     assert housekeeping.small_file_run(outweighed)[0].path == "f0"
     split = _files([1] * 20, segment=0) + _files([1] * 20, segment=1, first_offset=20)
     assert housekeeping.small_file_run(split) == []
     large = dataclasses.replace(
         _files([1], first_offset=20)[0], size_bytes=housekeeping.SMALL_FILE_BYTES
     )
-    broken = _files([1] * 20) + (large,) + _files([1] * COMPACT_FILES_MIN, first_offset=21)
+    broken = _files([1] * 20) + (large,) + _files([1] * MERGE_FILES_MIN, first_offset=21)
     assert housekeeping.small_file_run(broken)[0].path == "f21"
 
 
@@ -364,13 +364,13 @@ def test_max_timestamp_ms_from_the_writer_statistics_and_compaction(table_uri):
     """Each DataFile's max_timestamp_ms is the same from the writer, from the statistics on a
     reopen, and from another writer's compaction commit that this writer steps over."""
     writer = DeltaPartitionLog.open(table_uri)
-    for index in range(COMPACT_FILES_MIN):
+    for index in range(MERGE_FILES_MIN):
         writer.append([NewRecord(None, b"v", 5_000 - index)], config=CONFIG)
     written = [f.max_timestamp_ms for f in writer.snapshot.files]
-    assert written == [5_000 - index for index in range(COMPACT_FILES_MIN)]
+    assert written == [5_000 - index for index in range(MERGE_FILES_MIN)]
     assert [f.max_timestamp_ms for f in DeltaPartitionLog.open(table_uri).snapshot.files] == written
     other = DeltaPartitionLog.open(table_uri)
-    assert other.maybe_compact_files() == COMPACT_FILES_MIN
+    assert other.maybe_merge_small_files() == MERGE_FILES_MIN
     writer.append([NewRecord(None, b"v", 7)], config=CONFIG)  # steps over the compaction
     assert [f.max_timestamp_ms for f in writer.snapshot.files] == [5_000, 7]
     assert [f.max_timestamp_ms for f in DeltaPartitionLog.open(table_uri).snapshot.files] == [

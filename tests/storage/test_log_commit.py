@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 
 from storage_layout import log_commit
 from storage_layout.errors import AppendConflict
-from storage_layout.log import COMPACT_FILES_MIN, DeltaPartitionLog, housekeeping
+from storage_layout.log import MERGE_FILES_MIN, DeltaPartitionLog, housekeeping
 from storage_layout.records import NewRecord
 from storage_layout.store import open_store
 from storage_layout.store.local import LocalStore
@@ -71,17 +71,17 @@ def test_append_steps_over_a_compaction_without_reloading(table_uri, monkeypatch
     """Housekeeping's compaction takes the version the writer expected; the append goes to the
     next version, and the writer's file index matches the table's, with no reload."""
     log = DeltaPartitionLog.open(table_uri)
-    for index in range(COMPACT_FILES_MIN + 2):
+    for index in range(MERGE_FILES_MIN + 2):
         log.append(one(f"v{index}"), config=CONFIG)
     other = DeltaPartitionLog.open(table_uri)
-    assert other.maybe_compact_files() == COMPACT_FILES_MIN + 2
+    assert other.maybe_merge_small_files() == MERGE_FILES_MIN + 2
 
     def no_reload():
         raise AssertionError("the append reloaded instead of stepping over the compaction")
 
     monkeypatch.setattr(log, "reload", no_reload)
     result = log.append(one("after"), config=CONFIG)
-    assert result.base_offset == COMPACT_FILES_MIN + 2
+    assert result.base_offset == MERGE_FILES_MIN + 2
     fresh = DeltaPartitionLog.open(table_uri).snapshot
     assert log.snapshot.files == fresh.files
     assert log.snapshot.table_version == fresh.table_version

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from deltalake import DeltaTable
 
-from api.core.writer import UPKEEP_EVERY_COMMITS, CommitLimits, PartitionWriter
+from api.core.writer import HOUSEKEEPING_EVERY_COMMITS, CommitLimits, PartitionWriter
 from storage_layout.errors import StorageUnavailable
-from storage_layout.log import COMPACT_FILES_MIN, DeltaPartitionLog
+from storage_layout.log import MERGE_FILES_MIN, DeltaPartitionLog
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig
 
@@ -155,10 +155,10 @@ def test_a_small_file_merge_rides_on_the_next_append(table_uri):
     """Housekeeping only writes the merged file; the writer's next append commits it in the
     same Delta commit (no second commit racing the appends), which delta-rs reads."""
     log = DeltaPartitionLog.open(table_uri)
-    for index in range(COMPACT_FILES_MIN):
+    for index in range(MERGE_FILES_MIN):
         log.append(one(f"v{index}"), config=CONFIG)
     before = log.snapshot.table_version
-    assert log.housekeeping() == COMPACT_FILES_MIN
+    assert log.housekeeping() == MERGE_FILES_MIN
     assert log.merge_pending and log.snapshot.table_version == before  # nothing committed
     log.append(one("after"), config=CONFIG)
     assert not log.merge_pending
@@ -166,8 +166,8 @@ def test_a_small_file_merge_rides_on_the_next_append(table_uri):
     assert len(log.snapshot.files) == 2
     reopened = DeltaPartitionLog.open(table_uri)
     assert [f.path for f in reopened.snapshot.files] == [f.path for f in log.snapshot.files]
-    expected = [(i, f"v{i}".encode()) for i in range(COMPACT_FILES_MIN)]
-    assert stored(table_uri) == [*expected, (COMPACT_FILES_MIN, b"after")]
+    expected = [(i, f"v{i}".encode()) for i in range(MERGE_FILES_MIN)]
+    assert stored(table_uri) == [*expected, (MERGE_FILES_MIN, b"after")]
     history = DeltaTable(table_uri).history(1)[0]
     assert history["operation"] == "WRITE"
 
@@ -176,17 +176,17 @@ def test_a_pending_merge_is_committed_alone_when_the_writer_goes_quiet(table_uri
     log = DeltaPartitionLog.open(table_uri)
 
     async def scenario(writer):
-        acks = await produce_all(writer, COMPACT_FILES_MIN + UPKEEP_EVERY_COMMITS)
+        acks = await produce_all(writer, MERGE_FILES_MIN + HOUSEKEEPING_EVERY_COMMITS)
         for _ in range(100):  # housekeeping runs in the background, then the idle commit
             await asyncio.sleep(0.05)
-            if len(log.snapshot.files) < COMPACT_FILES_MIN:
+            if len(log.snapshot.files) < MERGE_FILES_MIN:
                 break
         return acks
 
     acks = run(log, scenario)
-    assert len(acks) == COMPACT_FILES_MIN + UPKEEP_EVERY_COMMITS
+    assert len(acks) == MERGE_FILES_MIN + HOUSEKEEPING_EVERY_COMMITS
     assert not log.merge_pending
-    assert len(DeltaPartitionLog.open(table_uri).snapshot.files) < COMPACT_FILES_MIN
+    assert len(DeltaPartitionLog.open(table_uri).snapshot.files) < MERGE_FILES_MIN
     assert [offset for offset, _ in stored(table_uri)] == list(range(len(acks)))
 
 
@@ -194,14 +194,14 @@ def test_a_merge_whose_files_went_is_dropped(table_uri):
     """Retention removed one of the merge's files before the next append: the merge is not
     committed (its file deleted), the append is."""
     log = DeltaPartitionLog.open(table_uri)
-    for index in range(COMPACT_FILES_MIN):
+    for index in range(MERGE_FILES_MIN):
         log.append(one(f"v{index}"), config=CONFIG)
-    assert log.housekeeping() == COMPACT_FILES_MIN
+    assert log.housekeeping() == MERGE_FILES_MIN
     first = log.snapshot.files[0]
     assert log.commit_maintenance(removes=[first], operation="DELETE", data_change=True)
     log.append(one("after"), config=CONFIG)
     assert not log.merge_pending
-    assert len(log.snapshot.files) == COMPACT_FILES_MIN  # 31 left + the new one
+    assert len(log.snapshot.files) == MERGE_FILES_MIN  # 31 left + the new one
     assert stored(table_uri)[0][0] == 1
 
 

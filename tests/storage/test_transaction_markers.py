@@ -10,7 +10,7 @@ from deltalake import DeltaTable
 
 from storage_layout.log import DeltaPartitionLog
 from storage_layout.log.files import read_columns
-from storage_layout.log.housekeeping import COMPACT_FILES_MIN
+from storage_layout.log.housekeeping import MERGE_FILES_MIN
 from storage_layout.log.snapshot import DataFile
 from storage_layout.log.transaction_index import AbortedTransaction
 from storage_layout.records import Isolation, NewRecord
@@ -205,10 +205,10 @@ def test_the_index_reads_a_merged_file_whole_not_the_commit_it_starts_with(log):
     the tail still holds that commit alone: the index read only that commit's rows, missed
     the markers after it, and held the last stable offset there for good (franz-go's
     TestGroupETL with TestTxnEtl left read_committed consumers stalled)."""
-    for sequence in range(COMPACT_FILES_MIN):
+    for sequence in range(MERGE_FILES_MIN):
         log.append(values(f"v{sequence}"), config=CONFIG, producers=transactional(sequence, 1))
         log.append_marker(PRODUCER, 0, CONTROL_COMMIT, config=CONFIG)
-    assert log.maybe_compact_files() > 0
+    assert log.maybe_merge_small_files() > 0
     merged = log.snapshot.files[0]
     assert merged.num_records > 1 and log.snapshot.tail[0].base_offset == merged.min_offset
     index = log.transaction_index()
