@@ -110,7 +110,7 @@ class StorageUnavailable(StorageError):
     retriable = True
 
 
-# ---- idempotent producers (Kafka's error names; FORMAT.md §7) ------------------------------
+# ---- idempotent producers (Kafka's error names; FORMAT.md §10) -----------------------------
 
 
 class ProducerError(StorageError):

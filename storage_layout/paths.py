@@ -35,5 +35,5 @@ def partition_table_uri(root: str, topic: str, partition: int) -> str:
 
 
 def meta_table_uri(root: str, name: str) -> str:
-    """`<root>/_meta/<name>`: catalog tables (topics, consumer_offsets, producers, leases)."""
+    """`<root>/_meta/<name>`: the metadata tables and objects (FORMAT.md §1)."""
     return join(root, META_DIR, name)

@@ -1,4 +1,4 @@
-"""The Delta protocol allow-list: tables lakelog can both append to and read (DESIGN.md §5).
+"""The Delta protocol allow-list: tables lakelog can both append to and read (FORMAT.md §6).
 
 deltalake 1.6.6 cannot append to tables with inCommitTimestamp, rowTracking/domainMetadata,
 clustering, identity columns, type widening, vacuumProtocolCheck or checkpointProtection, and its

@@ -54,7 +54,7 @@ class TopicConfig:
     min_compaction_lag_ms: int = dataclasses.field(default=0, metadata={"min": 0})
     # lakelog's own: how long `_delta_log` keeps the commits and checkpoints that Delta time
     # travel needs (versions older than this may go; Delta's delta.logRetentionDuration).
-    # An hour keeps the directory small under continuous load (DESIGN.md's scale budget).
+    # An hour keeps the directory small under continuous load (FORMAT.md §6b).
     delta_log_retention_ms: int = dataclasses.field(default=3_600_000, metadata={"min": 0})
 
     @classmethod

@@ -1,4 +1,4 @@
-"""The Delta protocol allow-list, case by case (DESIGN.md §5)."""
+"""The Delta protocol allow-list, case by case (FORMAT.md §6)."""
 
 from collections import namedtuple
 
