@@ -24,6 +24,7 @@ from api.core.errors import BrokerShuttingDown, InvalidRequest, NotLeader
 from api.core.follower_reads import FollowerReads
 from api.core.groups.coordinator import GroupCoordinator
 from api.core.leaders import Leaders, Route
+from api.core.partitions import Partitions
 from api.core.peers import Peers
 from api.core.producer_ids import ProducerIds
 from api.core.records import (
@@ -57,7 +58,6 @@ from storage_layout.records import (
     AppTransaction,
     FetchResult,
     NewRecord,
-    PartitionBounds,
     Records,
     TopicPartition,
     records_size_bytes,
@@ -65,8 +65,6 @@ from storage_layout.records import (
 
 T = TypeVar("T")
 Blocking = Callable[..., Awaitable]
-DELETE_TO_HIGH_WATERMARK = -1  # Kafka's DeleteRecords offset for "everything so far"
-CATCH_UP_WAIT_S = 5.0
 
 log = logging.getLogger("lakelog.broker")
 
@@ -99,6 +97,9 @@ class Broker:
         self.peers = peers
         self._producer_ids = producer_ids
         self._followers = FollowerReads(self.root, blocking)
+        self.partitions = Partitions(
+            root=self.root, topics=topics, cluster=cluster, leaders=leaders, blocking=blocking
+        )
         self._round_robin: dict[str, RoundRobin] = {}
         self._closing = False
         # The node's coordinators, which the front-ends reach through the broker.
@@ -117,76 +118,6 @@ class Broker:
         await self.leaders.close_topic(name)
         self._followers.forget_topic(name)
         metrics.forget_topic(name)
-
-    # ---- partitions ------------------------------------------------------------------------
-
-    async def partition_bounds(
-        self, topic_name: str, partition: int, *, stable: bool = False
-    ) -> PartitionBounds:
-        """log_start_offset and high watermark from the leader's loaded snapshot (O(1)), and
-        the last stable offset when `stable` (from the transaction index: reads the files
-        written since it was last brought up to date, usually none).
-
-        Raises:
-            NotLeader: another node leads the partition (routes proxy to it first).
-        """
-        (await self.topics.get(topic_name)).check_partition(partition)
-        writer = await self.leaders.writer(topic_name, partition)
-        writer.notice_foreign_commits()  # the next answer includes other writers' appends
-        if stable:
-            return await self._blocking(writer.log.stable_bounds)
-        return writer.log.bounds()
-
-    async def partition_size_bytes(self, topic_name: str, partition: int) -> int:
-        """The Parquet bytes of the partition's live files, from the leader's snapshot.
-
-        Raises:
-            NotLeader: another node leads the partition (routes proxy to it first).
-        """
-        (await self.topics.get(topic_name)).check_partition(partition)
-        return (await self.leaders.writer(topic_name, partition)).log.size_bytes()
-
-    async def delete_records(self, topic_name: str, partition: int, offset: int) -> int:
-        """Kafka's DeleteRecords on the partition's leader: the log starts at `offset` (-1:
-        the high watermark) once this returns; returns the new log start.
-
-        Raises:
-            NotLeader: another node leads the partition.
-            OffsetOutOfRange: `offset` is above the high watermark.
-        """
-        (await self.topics.get(topic_name)).check_partition(partition)
-        writer = await self.leaders.writer(topic_name, partition)
-        if offset == DELETE_TO_HIGH_WATERMARK:
-            offset = writer.log.bounds().high_watermark
-        elif offset < 0:  # Kafka answers OFFSET_OUT_OF_RANGE here too
-            bounds = writer.log.bounds()
-            raise OffsetOutOfRange(offset, bounds.log_start_offset, bounds.high_watermark)
-        uri = paths.partition_table_uri(self.root, topic_name, partition)
-        start = await self._blocking(_advance_log_start, uri, offset)
-        writer.request_catch_up()  # this node's readers see the new start before the answer
-        deadline = time.monotonic() + CATCH_UP_WAIT_S
-        while writer.log.bounds().log_start_offset < start and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        return start
-
-    async def offset_for_timestamp(
-        self, topic_name: str, partition: int, timestamp_ms: int
-    ) -> int | None:
-        """Kafka's ListOffsets by time: the earliest offset with timestamp >= timestamp_ms."""
-        (await self.topics.get(topic_name)).check_partition(partition)
-        log = (await self.leaders.writer(topic_name, partition)).log
-        return await self._blocking(log.offset_for_timestamp, timestamp_ms)
-
-    async def partition_leader(self, topic_name: str, partition: int) -> int | None:
-        """The node that leads the partition (None if it has never been written)."""
-        (await self.topics.get(topic_name)).check_partition(partition)
-        return await self.leaders.leader_of(topic_name, partition)
-
-    async def remote_leader_url(self, topic_name: str, partition: int) -> str | None:
-        """The leader's URL when another node leads the partition (None: served here)."""
-        (await self.topics.get(topic_name)).check_partition(partition)
-        route = await self.leaders.route(topic_name, partition)
-        return route.url
 
     # ---- producers -------------------------------------------------------------------------
 
@@ -460,14 +391,6 @@ class Broker:
             for waiter in waiters:
                 waiter.cancel()
 
-    def leader_for_clients(self, topic_name: str, partition: int) -> int:
-        """The node clients should send the partition's writes to: its known live leader,
-        else the node that should lead it (which takes it at the first request). No I/O."""
-        known = self.leaders.known_leader(topic_name, partition)
-        if known is not None:
-            return known
-        return self.cluster.preferred(topic_name, partition)
-
     async def read_as_follower(self, request: FetchRequest) -> FetchResult | None:
         """Committed records of a partition another node leads, read here from the shared
         table (follower_reads); None when the leader must answer (the head, long-polls)."""
@@ -526,11 +449,6 @@ def _count_fetched(topic: str, result: FetchResult) -> None:
     records = result.records
     if records.num_rows:
         metrics.record_fetch(topic, records.num_rows, payload_bytes(records))
-
-
-def _advance_log_start(uri: str, offset: int) -> int:
-    """DeleteRecords' commit, on a log of its own: the writer's stays with its task."""
-    return DeltaPartitionLog.open(uri, tail_records_max=0).advance_log_start(offset)
 
 
 def _consume_outcome(future: asyncio.Future) -> None:

@@ -40,7 +40,7 @@ async def fetch_items(
     Raises:
         OffsetOutOfRange: `offset` is below log_start_offset or above the high watermark.
     """
-    url = await broker.remote_leader_url(topic, partition)
+    url = await broker.partitions.remote_leader_url(topic, partition)
     request = FetchRequest(topic, partition, offset, bytes_max, timeout_ms, isolation)
     if url is None:
         result = await broker.fetch(request)
@@ -68,9 +68,9 @@ async def fetch_items(
 
 async def bounds(broker: Broker, topic: str, partition: int) -> PartitionBounds:
     """log_start_offset, high watermark and last stable offset from the partition's leader."""
-    url = await broker.remote_leader_url(topic, partition)
+    url = await broker.partitions.remote_leader_url(topic, partition)
     if url is None:
-        return await broker.partition_bounds(topic, partition, stable=True)
+        return await broker.partitions.bounds(topic, partition, stable=True)
     path = f"/topics/{topic}/partitions/{partition}/offsets"
     body = _ok(await broker.peers.read_from_leader(url, path), url)
     return PartitionBounds(
@@ -82,9 +82,9 @@ async def offset_for_timestamp(
     broker: Broker, topic: str, partition: int, timestamp_ms: int
 ) -> int | None:
     """The earliest offset whose timestamp is >= `timestamp_ms` (None: no such record)."""
-    url = await broker.remote_leader_url(topic, partition)
+    url = await broker.partitions.remote_leader_url(topic, partition)
     if url is None:
-        return await broker.offset_for_timestamp(topic, partition, timestamp_ms)
+        return await broker.partitions.offset_for_timestamp(topic, partition, timestamp_ms)
     answer = await broker.peers.read_from_leader(
         url,
         f"/topics/{topic}/partitions/{partition}/offsets",

@@ -58,7 +58,7 @@ async def fetch_records(
         timeout_ms=min(timeout, settings.fetch_timeout_ms_max),
         isolation=isolation_from(isolation_level),
     )
-    leader_url = await broker.remote_leader_url(topic, partition)
+    leader_url = await broker.partitions.remote_leader_url(topic, partition)
     if leader_url is None:
         result = await broker.fetch(fetch)
     else:

@@ -25,7 +25,7 @@ def partition_v2(leader_id: int, partition: int) -> dict:
 
 async def leader_id(broker: Broker, topic: str, partition: int) -> int:
     """The partition's leader, or the node that will take it on its first write."""
-    leader = await broker.partition_leader(topic, partition)
+    leader = await broker.partitions.leader(topic, partition)
     return broker.cluster.preferred(topic, partition) if leader is None else leader
 
 
@@ -78,10 +78,10 @@ async def get_partition_offsets(
         ),
     ] = None,
 ) -> dict | Response:
-    leader_url = await broker.remote_leader_url(topic, partition)
+    leader_url = await broker.partitions.remote_leader_url(topic, partition)
     if leader_url is not None:  # the leader's snapshot is current; ours would need a reload
         return await proxy_to_leader(request, broker, leader_url)
-    bounds = await broker.partition_bounds(topic, partition, stable=True)
+    bounds = await broker.partitions.bounds(topic, partition, stable=True)
     body = {
         "beginning_offset": bounds.log_start_offset,
         "end_offset": bounds.high_watermark,
@@ -89,10 +89,12 @@ async def get_partition_offsets(
         # transaction is open)
         "last_stable_offset": bounds.last_stable_offset,
         # lakelog extension: the Parquet bytes of the partition's live data files
-        "size_bytes": await broker.partition_size_bytes(topic, partition),
+        "size_bytes": await broker.partitions.size_bytes(topic, partition),
     }
     if timestamp is not None:
-        body["timestamp_offset"] = await broker.offset_for_timestamp(topic, partition, timestamp)
+        body["timestamp_offset"] = await broker.partitions.offset_for_timestamp(
+            topic, partition, timestamp
+        )
     return body
 
 

@@ -98,7 +98,7 @@ async def delete_records(connection: Connection, request, version: int) -> dict:
             answer = {"partition_index": partition.partition_index}
             try:
                 connection.check("DELETE", "topic", topic.name)
-                start = await connection.broker.delete_records(
+                start = await connection.broker.partitions.delete_records(
                     topic.name, partition.partition_index, partition.offset
                 )
                 partitions.append(answer | {"low_watermark": start, "error_code": ErrorCode.none})

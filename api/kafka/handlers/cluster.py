@@ -84,7 +84,7 @@ def _topic(connection: Connection, topic: TopicInfo, request) -> dict:
     broker = connection.broker
     partitions = []
     for index in range(topic.partitions):
-        leader = broker.leader_for_clients(topic.name, index)
+        leader = broker.partitions.leader_for_clients(topic.name, index)
         partitions.append(
             {
                 "error_code": ErrorCode.none,

@@ -129,7 +129,7 @@ def _aborted(result: FetchResult) -> list[dict]:
 async def _bounds_only(connection: Connection, item: _Wanted) -> dict:
     """A partition past the response's byte budget: no records, so the client asks again."""
     try:
-        bounds = await connection.broker.partition_bounds(item.topic, item.partition)
+        bounds = await connection.broker.partitions.bounds(item.topic, item.partition)
         high_watermark, log_start = bounds.high_watermark, bounds.log_start_offset
     except Exception:  # led elsewhere: the next fetch reads it
         high_watermark = log_start = -1

@@ -43,17 +43,17 @@ async def _one(
     try:
         connection.check("DESCRIBE", "topic", topic)
         if timestamp == EARLIEST:
-            bounds = await broker.partition_bounds(topic, partition)
+            bounds = await broker.partitions.bounds(topic, partition)
             return answer | {"timestamp": -1, "offset": bounds.log_start_offset}
         if timestamp == LATEST:
-            bounds = await broker.partition_bounds(topic, partition, stable=committed)
+            bounds = await broker.partitions.bounds(topic, partition, stable=committed)
             offset = bounds.last_stable_offset if committed else bounds.high_watermark
             return answer | {"timestamp": -1, "offset": offset}
         if timestamp < 0:
             return answer | {"error_code": ErrorCode.invalid_request}
-        offset = await broker.offset_for_timestamp(topic, partition, timestamp)
+        offset = await broker.partitions.offset_for_timestamp(topic, partition, timestamp)
         if offset is not None and committed:  # as Kafka: none at or past the LSO
-            bounds = await broker.partition_bounds(topic, partition, stable=True)
+            bounds = await broker.partitions.bounds(topic, partition, stable=True)
             offset = offset if offset < bounds.last_stable_offset else None
         if offset is None:
             return answer | {"timestamp": -1, "offset": -1}
