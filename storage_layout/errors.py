@@ -1,4 +1,8 @@
-"""Storage errors: one tree, stable codes, `retriable` marks what a client may simply retry."""
+"""Storage errors: one tree, stable codes, `retriable` marks what a client may simply retry.
+
+`code` is the error's name in Kafka's protocol (Errors.java) when Kafka has one for it, written
+once here: the Kafka front-end answers with it (api/kafka/errors.py); an error Kafka has no name
+for has lakelog's own."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ class TopicNotFound(StorageError):
 
 
 class PartitionNotFound(StorageError):
-    code = "UNKNOWN_PARTITION"
+    code = "UNKNOWN_TOPIC_OR_PARTITION"
 
     def __init__(self, topic: str, partition: int, partitions: int) -> None:
         super().__init__(
@@ -71,7 +75,7 @@ class AppendConflict(StorageError):
     Nothing of this append was committed; the writer must reload before assigning offsets again.
     """
 
-    code = "APPEND_CONFLICT"
+    code = "NOT_LEADER_OR_FOLLOWER"  # another writer came first: retry at the leader
     retriable = True
 
 
@@ -99,14 +103,14 @@ class PartitionTableMissing(CorruptPartition):
     topic before its tables are made) or deleted. Retriable: a moment later it is there, or
     the topic is gone."""
 
-    code = "PARTITION_TABLE_MISSING"
+    code = "LEADER_NOT_AVAILABLE"  # a topic being created: retriable
     retriable = True
 
 
 class StorageUnavailable(StorageError):
     """The storage root could not be read or written (I/O error, full disk, permissions)."""
 
-    code = "STORAGE_UNAVAILABLE"
+    code = "KAFKA_STORAGE_ERROR"
     retriable = True
 
 
@@ -132,7 +136,7 @@ class DuplicateSequence(ProducerError):
 class ProducerFenced(ProducerError):
     """The batch's epoch is older than one this partition has already accepted."""
 
-    code = "PRODUCER_FENCED"
+    code = "INVALID_PRODUCER_EPOCH"  # what Produce answers a fenced epoch with
 
 
 class UnknownProducerId(ProducerError):

@@ -1,5 +1,6 @@
 """Broker errors: one tree, stable codes. Storage errors pass through unchanged; both trees are
-mapped to HTTP in one place (api/http/errors.py)."""
+mapped to HTTP in one place (api/http/errors.py). `code` is the Kafka error name where Kafka has
+one (the Kafka front-end derives its answer from it), as in storage_layout/errors.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ class BrokerError(Exception):
 class RecordTooLarge(BrokerError):
     """A record is larger than the topic's max.message.bytes."""
 
-    code = "RECORD_TOO_LARGE"
+    code = "MESSAGE_TOO_LARGE"
 
     def __init__(self, *, index: int, size_bytes: int, limit_bytes: int) -> None:
         super().__init__(
@@ -53,7 +54,7 @@ class NotLeader(BrokerError):
 
 
 class BrokerShuttingDown(BrokerError):
-    code = "BROKER_NOT_AVAILABLE"
+    code = "NOT_LEADER_OR_FOLLOWER"  # clients retry it at once, as after a leader change
     retriable = True
 
 
@@ -61,7 +62,7 @@ class InvalidProducerRequest(BrokerError):
     """Producer fields of a produce request are malformed or incomplete (e.g. a partition that
     receives records has no base sequence)."""
 
-    code = "INVALID_PRODUCER_REQUEST"
+    code = "INVALID_REQUEST"
 
 
 # ---- transactions (Kafka's error names) ------------------------------------------------------

@@ -47,11 +47,15 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"  # Java's snappy framing (xerial SnappyOutputS
 
 
 class CorruptBatch(ValueError):
-    """The bytes are not a valid RecordBatch v2 (Kafka's CORRUPT_MESSAGE)."""
+    """The bytes are not a valid RecordBatch v2."""
+
+    code = "CORRUPT_MESSAGE"
 
 
 class UnsupportedCodec(ValueError):
-    """The batch names a compression codec that does not exist (UNSUPPORTED_COMPRESSION_TYPE)."""
+    """The batch names a compression codec that does not exist."""
+
+    code = "UNSUPPORTED_COMPRESSION_TYPE"
 
 
 @dataclass(frozen=True, slots=True)

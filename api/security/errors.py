@@ -14,7 +14,7 @@ class SecurityError(Exception):
 class AuthenticationFailed(SecurityError):
     """Missing or invalid credentials; the message never says which (or if the key exists)."""
 
-    code = "AUTHENTICATION_FAILED"
+    code = "SASL_AUTHENTICATION_FAILED"
 
     def __init__(self, message: str = "Authentication failed: missing or invalid credentials."):
         super().__init__(message)
@@ -24,7 +24,7 @@ class AuthorizationFailed(SecurityError):
     """The principal may not do this (no ACL allows it, or one denies it). `resource_type`
     ("topic", "group", "cluster", ...) lets a front-end pick its specific code."""
 
-    code = "AUTHORIZATION_FAILED"
+    code = "TOPIC_AUTHORIZATION_FAILED"  # the resource type decides: api/kafka/errors.py
 
     def __init__(self, message: str, *, resource_type: str | None = None) -> None:
         super().__init__(message)
@@ -35,7 +35,7 @@ class QuotaExceeded(SecurityError):
     """The principal is over its byte rate on this node: retry after `retry_after_s` (whole
     seconds, at least 1)."""
 
-    code = "THROTTLED"
+    code = "THROTTLING_QUOTA_EXCEEDED"
 
     def __init__(self, kind: str, retry_after_s: float) -> None:
         self.retry_after_s = max(1, math.ceil(retry_after_s))
