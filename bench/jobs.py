@@ -70,11 +70,12 @@ if str(REPO) not in sys.path:
 
 from bench.produce_fetch import machine_info, report_header  # noqa: E402
 from jobs.runner import ENGINE_LOCAL, JobRequest, run_job  # noqa: E402
-from storage_layout import log_commit, paths  # noqa: E402
+from storage_layout import paths  # noqa: E402
 from storage_layout.catalog import TopicCatalog  # noqa: E402
 from storage_layout.log import (  # noqa: E402
     DeltaPartitionLog,  # noqa: E402
     load_table,
+    log_commit,  # noqa: E402
     partition_log,
 )
 from storage_layout.log import reader as log_reader  # noqa: E402

@@ -10,7 +10,7 @@
 - `checkpoint`: checkpoints written from that state, without reading the log;
 - `tables`: what delta-rs does for us (create, load, checkpoint, vacuum).
 
-Every commit goes through `storage_layout.log_commit` and the root's `Store` (put-if-absent).
+Every commit goes through `storage_layout.log.log_commit` and the root's `Store` (put-if-absent).
 """
 
 from storage_layout.log.housekeeping import (

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage_layout import log_commit
+from storage_layout.log import log_commit
 from storage_layout.log.replay import TableState, file_path, read_checkpoint_part
 from storage_layout.store import Store
 

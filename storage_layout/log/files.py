@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage_layout import log_commit
 from storage_layout.errors import StorageUnavailable
+from storage_layout.log import log_commit
 from storage_layout.log.arrow_records import file_stats, with_transaction_columns
 from storage_layout.log.snapshot import DataFile
 from storage_layout.schema import FILE_SCHEMA, PARTITION_COLUMN

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from storage_layout import log_commit
 from storage_layout.errors import StorageError
+from storage_layout.log import log_commit
 from storage_layout.log.checkpoint import write_checkpoint
 from storage_layout.log.files import WrittenFile, read_whole_file, write_data_file
 from storage_layout.log.replay import UnreadableLog

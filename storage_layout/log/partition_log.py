@@ -21,7 +21,6 @@ from typing import Any
 import pyarrow as pa
 from deltalake.exceptions import DeltaError
 
-from storage_layout import log_commit
 from storage_layout.errors import (
     AppendConflict,
     LeadershipConflict,
@@ -29,7 +28,7 @@ from storage_layout.errors import (
     StorageError,
     StorageUnavailable,
 )
-from storage_layout.log import housekeeping, producer_scan, reads, replay
+from storage_layout.log import housekeeping, log_commit, producer_scan, reads, replay
 from storage_layout.log.arrow_records import ProducerColumns, marker_table, records_to_arrow
 from storage_layout.log.files import (
     APPEND_CODEC,

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from storage_layout import log_commit
 from storage_layout.errors import CorruptPartition, PartitionTableMissing, StorageUnavailable
-from storage_layout.log import housekeeping
+from storage_layout.log import housekeeping, log_commit
 from storage_layout.log.replay import (
     TableMissing,
     TableState,

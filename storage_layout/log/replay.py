@@ -26,8 +26,8 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage_layout import log_commit
 from storage_layout.errors import CorruptPartition
+from storage_layout.log import log_commit
 from storage_layout.store import Store, StoredObject, StoreError
 
 # Commits read at once from an object store (each is a request of ~15-30 ms there); a local

@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
-from storage_layout import log_commit
 from storage_layout.errors import CorruptPartition
+from storage_layout.log import log_commit
 from storage_layout.log.replay import TableState, file_path
 from storage_layout.records import AppTransaction
 from storage_layout.schema import LOG_APP_ID, LOG_START_APP_ID, NODE_IDS, PARTITION_COLUMN

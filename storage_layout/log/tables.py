@@ -6,8 +6,9 @@ from __future__ import annotations
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from storage_layout import log_commit, paths
+from storage_layout import paths
 from storage_layout.errors import CorruptPartition, PartitionTableMissing, StorageUnavailable
+from storage_layout.log import log_commit
 from storage_layout.schema import PARTITION_COLUMN, PARTITION_SCHEMA
 from storage_layout.store import Store, delta_storage_options, open_store
 

@@ -9,8 +9,7 @@ import os
 import pytest
 from pyspark.sql.utils import AnalysisException
 
-from storage_layout import log_commit
-from storage_layout.log import CHECKPOINT_INTERVAL, DeltaPartitionLog, housekeeping
+from storage_layout.log import CHECKPOINT_INTERVAL, DeltaPartitionLog, housekeeping, log_commit
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig
 

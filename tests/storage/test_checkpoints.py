@@ -12,9 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from storage_layout import log_commit
 from storage_layout.errors import CorruptPartition
-from storage_layout.log import MERGE_FILES_MIN, DeltaPartitionLog, vacuum_table
+from storage_layout.log import MERGE_FILES_MIN, DeltaPartitionLog, log_commit, vacuum_table
 from storage_layout.log.checkpoint import checkpoint_name, write_checkpoint
 from storage_layout.log.reader import TableReader
 from storage_layout.log.replay import read_state

@@ -1,4 +1,4 @@
-"""Direct commits (storage_layout/log_commit.py) on real Delta tables: put-if-absent, stepping
+"""Direct commits (storage_layout/log/log_commit.py) on real Delta tables: put-if-absent, stepping
 over housekeeping's rewrites, and tables that delta-rs reads, checkpoints and writes after."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from storage_layout import log_commit
 from storage_layout.errors import AppendConflict
-from storage_layout.log import MERGE_FILES_MIN, DeltaPartitionLog, housekeeping
+from storage_layout.log import MERGE_FILES_MIN, DeltaPartitionLog, housekeeping, log_commit
 from storage_layout.records import NewRecord
 from storage_layout.store import open_store
 from storage_layout.store.local import LocalStore
