@@ -8,9 +8,10 @@ from storage_layout.errors import StorageError
 
 
 class NodeCallError(StorageError):
-    """A node-to-node call did not get an answer of success."""
+    """A node-to-node call did not get an answer of success. It never reaches a client as
+    itself (api/core/peers.py turns it into what it means); were it to, it is retriable, which
+    Kafka's protocol answers NOT_LEADER_OR_FOLLOWER (clients look for the leader again)."""
 
-    code = "NETWORK_EXCEPTION"
     retriable = True
 
     def __init__(self, message: str, *, url: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
+import storage_layout.cluster.errors  # noqa: F401 - its errors are in the tree too
 from api.core.errors import (
     BrokerError,
     BrokerShuttingDown,
