@@ -291,7 +291,7 @@ class TransactionCoordinator:
                 if time.monotonic() - last_scan >= RESCAN_S:
                     last_scan = time.monotonic()
                     await self._adopt_stored()
-                await self._sweep()
+                await self.sweep()
             except Exception as error:  # noqa: BLE001 - the next sweep tries again
                 log.warning("transaction sweep failed: %r", error)
 
@@ -304,7 +304,9 @@ class TransactionCoordinator:
             if state is not None:
                 self._states[transactional_id] = state
 
-    async def _sweep(self) -> None:
+    async def sweep(self) -> None:
+        """One pass over the ids coordinated here: a transaction open past its timeout is
+        aborted, a half-completed one completed (the sweeper runs it every SWEEP_S)."""
         now_ms = self._clock_ms()
         for transactional_id, state in list(self._states.items()):
             if not self._is_mine(transactional_id):
