@@ -147,7 +147,6 @@ class Node:
         requests = TransactionRequests(
             transactions, node_id=cluster.node_id, node_url=cluster.url, peers=peers
         )
-        participants.requests = requests
         membership = Membership(
             cluster=cluster, leaders=leaders, topics=topics, heartbeat_ms=settings.heartbeat_ms
         )
@@ -155,6 +154,7 @@ class Node:
         self._closers.append(membership.close)
         return Broker(
             settings,
+            root=self.root,
             blocking=blocking,
             topics=topics,
             cluster=cluster,

@@ -44,7 +44,6 @@ from api.core.transaction_requests import TransactionRequests
 from api.core.transactions import TransactionCoordinator
 from api.core.writer import FOREIGN_CHECK_INTERVAL_MS, BatchAck
 from conf.settings import Settings
-from storage_layout import paths
 from storage_layout.catalog import TopicInfo
 from storage_layout.cluster import routes
 from storage_layout.cluster.codec import encode_append
@@ -62,6 +61,7 @@ from storage_layout.records import (
     TopicPartition,
     records_size_bytes,
 )
+from storage_layout.transaction_state import PendingOffset
 
 T = TypeVar("T")
 Blocking = Callable[..., Awaitable]
@@ -76,6 +76,7 @@ class Broker:
         self,
         settings: Settings,
         *,
+        root: str,
         blocking: Blocking,
         topics: Topics,
         cluster: Cluster,
@@ -89,7 +90,7 @@ class Broker:
         scheduled_jobs: ScheduledJobs | None,
     ) -> None:
         self.settings = settings
-        self.root = paths.normalize_root(settings.data_dir)
+        self.root = root
         self._blocking = blocking
         self.topics = topics
         self.cluster = cluster
@@ -126,6 +127,23 @@ class Broker:
     ) -> ProducerIdentity:
         """A producer id and epoch for idempotent produce (see ProducerIdAllocator)."""
         return await self._producer_ids.init_producer(transactional_id, client_id)
+
+    async def add_transaction_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        offsets: Sequence[PendingOffset],
+    ) -> None:
+        """Offsets sent within a transaction (TxnOffsetCommit reaches the group's coordinator),
+        kept by the transaction's coordinator, and unstable at the group's coordinator (this
+        node) until the transaction ends (KIP-447)."""
+        await self.transaction_requests.add_offsets(transactional_id, producer_id, epoch, offsets)
+        for group_id in {offset.group_id for offset in offsets}:
+            partitions = [
+                TopicPartition(o.topic, o.partition) for o in offsets if o.group_id == group_id
+            ]
+            await self.groups.note_transactional(group_id, producer_id, partitions)
 
     # ---- produce ---------------------------------------------------------------------------
 
@@ -299,11 +317,11 @@ class Broker:
             raise InvalidRequest(f"Offset {request.offset} is negative; offsets start at 0.")
         (await self.topics.get(request.topic)).check_partition(request.partition)
         writer = await self.leaders.writer(request.topic, request.partition)
-        writer.notice_foreign_commits()  # a job's or Spark's commit shows within the interval
         moved_to = None
 
         async def read() -> FetchResult:
             nonlocal request, moved_to
+            writer.notice_foreign_commits()  # at most every FOREIGN_CHECK_INTERVAL_MS
             while True:
                 result = await self._read(writer.log, request)
                 if result.records.num_rows or result.next_offset is None:
@@ -339,14 +357,7 @@ class Broker:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if enough(result) or remaining_ms <= 0 or self._closing:
                 return result
-            self._notice_foreign_commits(partitions)
             await self.wait_for_commits(events, remaining_ms)
-
-    def _notice_foreign_commits(self, partitions: Sequence[tuple[str, int]]) -> None:
-        for topic, partition in partitions:
-            writer = self.leaders.writer_here(topic, partition)
-            if writer is not None:
-                writer.notice_foreign_commits()
 
     async def read_now(self, request: FetchRequest) -> FetchResult:
         """Records from `request.offset` as they are now, without waiting: this node's log if

@@ -14,18 +14,15 @@ from api.core.peers import Peers
 from api.core.writer import TransactionMarker
 from storage_layout.cluster import routes
 from storage_layout.consumer_offsets import OffsetCommit
-from storage_layout.records import TopicPartition
-from storage_layout.transaction_state import PendingOffset
 
 
 class TransactionParticipants:
     """The partitions' leaders and the groups' coordinators, as a transaction sees them."""
 
-    def __init__(self, *, leaders: Leaders, peers: Peers, groups, requests=None) -> None:
+    def __init__(self, *, leaders: Leaders, peers: Peers, groups) -> None:
         self._leaders = leaders
         self._peers = peers
         self._groups = groups  # GroupCoordinator
-        self.requests = requests  # TransactionRequests, set once the coordinator exists
 
     async def write_marker(
         self, topic: str, partition: int, marker: TransactionMarker, *, forward: bool = True
@@ -46,23 +43,6 @@ class TransactionParticipants:
         path = routes.marker_path(topic, partition)
         body = dataclasses.asdict(marker)
         await self._peers.to_leader(route.url, route.leader_id, topic, partition, path, body)
-
-    async def add_offsets(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        epoch: int,
-        offsets: Sequence[PendingOffset],
-    ) -> None:
-        """Offsets sent within a transaction (TxnOffsetCommit reaches the group's coordinator),
-        kept by the transaction's coordinator, and unstable at the group's coordinator (this
-        node) until the transaction ends (KIP-447)."""
-        await self.requests.add_offsets(transactional_id, producer_id, epoch, offsets)
-        for group_id in {offset.group_id for offset in offsets}:
-            partitions = [
-                TopicPartition(o.topic, o.partition) for o in offsets if o.group_id == group_id
-            ]
-            await self._groups.note_transactional(group_id, producer_id, partitions)
 
     async def commit_offsets(
         self, group_id: str, commits: Sequence[OffsetCommit], producer_id: int

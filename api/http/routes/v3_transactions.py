@@ -134,7 +134,7 @@ async def send_offsets(
         PendingOffset(group, o.topic_name, o.partition_id, o.offset, o.metadata)
         for o in body.offsets
     ]
-    await broker.transaction_participants.add_offsets(*producer, offsets)
+    await broker.add_transaction_offsets(*producer, offsets)
 
 
 _END_DESCRIPTION = (

@@ -87,7 +87,7 @@ async def txn_offset_commit(connection: Connection, request, version: int) -> di
         generation = getattr(request, "generation_id", -1)
         if member_id is not None:
             await connection.broker.groups.check_committer(request.group_id, member_id, generation)
-        await connection.broker.transaction_participants.add_offsets(
+        await connection.broker.add_transaction_offsets(
             request.transactional_id, request.producer_id, request.producer_epoch, offsets
         )
         code = ErrorCode.none
