@@ -105,3 +105,34 @@ def test_a_good_produce_is_taken_over_both_protocols(bootstrap, http, topic_name
     assert status == 200 and body["offset"] == 0
     assert kafka_produce(bootstrap, topic_name, 0, b"k", b"v" * 10)[0] == 0
     assert end_offset(http, topic_name) == 2
+
+
+CREATE_TOPICS = 19
+
+
+def test_create_topics_answers_the_created_topics_configs(bootstrap, topic_name):
+    """Kafka answers CreateTopics (v5+) with the new topic's configs, which Java's AdminClient
+    reads (it failed on a null list); the configs set in the request are the topic's own."""
+    body = {
+        "topics": [
+            {
+                "name": topic_name,
+                "num_partitions": 2,
+                "replication_factor": -1,
+                "assignments": [],
+                "configs": [{"name": "retention.ms", "value": "3600000"}],
+            }
+        ],
+        "timeout": 5000,
+        "validate_only": False,
+    }
+    with connect(bootstrap) as sock:
+        sock.sendall(request_frame(CREATE_TOPICS, 7, body))
+        answer = read_answer(sock)
+    response, _ = entity_reader(response_class(CREATE_TOPICS, 7))(answer, 5)
+    [topic] = response.topics
+    assert topic.error_code.value == 0 and topic.num_partitions == 2
+    configs = {config.name: config for config in topic.configs}
+    assert configs["retention.ms"].value == "3600000"
+    assert configs["retention.ms"].config_source == 1  # DYNAMIC_TOPIC_CONFIG: the topic's own
+    assert configs["cleanup.policy"].value == "delete"

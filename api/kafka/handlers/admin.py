@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from api.core import topic_configs
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
 from api.kafka.handlers.cluster import topic_uuid
+from api.kafka.handlers.configs import SOURCES
 from api.security.authorizer import CLUSTER_RESOURCE_NAME
 
 DEFAULT_PARTITIONS = 1  # Kafka's num.partitions
@@ -44,7 +46,17 @@ async def _create(connection: Connection, topic, validate_only: bool) -> dict:
         "error_message": None,
         "num_partitions": created.partitions,
         "replication_factor": 1,
-        "configs": None,
+        # Kafka answers a created topic's configs (KIP-525); Java's AdminClient reads them
+        "configs": [
+            {
+                "name": config.name,
+                "value": config.value,
+                "read_only": False,
+                "config_source": SOURCES[config.source],
+                "is_sensitive": False,
+            }
+            for config in topic_configs.describe_configs(created)
+        ],
     }
 
 
