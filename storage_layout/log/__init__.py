@@ -1,6 +1,11 @@
 """One topic partition as one Delta table, split by concern:
 
-- `partition_log`: DeltaPartitionLog, appends and leadership (the commit path) and snapshots;
+- `partition_log`: DeltaPartitionLog, the facade: what to commit (appends, markers, leadership);
+- `committer`: the commit loop (put if absent, shadow check, advance, step over, reload);
+- `leadership`: the leader txn and its compare-and-set (also the offsets table's coordinators);
+- `staging`: an append's offsets, segment and data file, written before its commit;
+- `maintenance_commits`: jobs' file replacements, DeleteRecords, the schema upgrade;
+- `pending_merge`: the small-file merge written by housekeeping, committed by the writer;
 - `reads`: records by offset and offsets by timestamp from a snapshot;
 - `producer_scan`: idempotent producers' state rebuilt from the data files;
 - `housekeeping`: small-file merges, checkpoints, log trimming;
@@ -19,9 +24,10 @@ from storage_layout.log.housekeeping import (
     MERGE_FILES_MIN,
     SMALL_FILE_BYTES,
 )
+from storage_layout.log.leadership import Leadership
 from storage_layout.log.partition_log import DeltaPartitionLog
 from storage_layout.log.reader import TableReader
-from storage_layout.log.snapshot import DataFile, Leadership, LogSnapshot, TailChunk
+from storage_layout.log.snapshot import DataFile, LogSnapshot, TailChunk
 from storage_layout.log.tables import (
     TABLE_CONFIGURATION,
     checkpoint_table,

@@ -20,8 +20,9 @@ from storage_layout.errors import StorageError
 from storage_layout.log import log_commit
 from storage_layout.log.checkpoint import write_checkpoint
 from storage_layout.log.files import WrittenFile, read_whole_file, write_data_file
+from storage_layout.log.leadership import Leadership
 from storage_layout.log.replay import UnreadableLog
-from storage_layout.log.snapshot import DataFile, Leadership, LogSnapshot, in_memory
+from storage_layout.log.snapshot import DataFile, LogSnapshot, in_memory
 from storage_layout.log.tables import TABLE_CONFIGURATION
 from storage_layout.store import Store
 

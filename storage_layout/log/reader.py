@@ -11,6 +11,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from storage_layout.errors import CorruptPartition, PartitionTableMissing, StorageUnavailable
 from storage_layout.log import housekeeping, log_commit
+from storage_layout.log.leadership import Leadership
 from storage_layout.log.replay import (
     TableMissing,
     TableState,
@@ -18,7 +19,6 @@ from storage_layout.log.replay import (
     read_newer,
     read_state,
 )
-from storage_layout.log.snapshot import Leadership
 from storage_layout.log.tables import load_table_explained
 from storage_layout.protocol_check import ProtocolVersions, check_protocol
 from storage_layout.schema import LEADER_APP_ID

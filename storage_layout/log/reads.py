@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,7 +21,7 @@ from storage_layout.log.arrow_records import (
     limit_bytes,
     payload_bytes,
 )
-from storage_layout.log.files import read_columns
+from storage_layout.log.files import read_columns, read_whole_file
 from storage_layout.log.snapshot import DataFile, LogSnapshot, in_memory
 from storage_layout.log.transaction_index import (
     INDEX_COLUMNS,
@@ -29,7 +30,7 @@ from storage_layout.log.transaction_index import (
     transactional_rows,
 )
 from storage_layout.records import FetchResult, Isolation
-from storage_layout.schema import TRANSACTIONAL_RECORD_COLUMNS
+from storage_layout.schema import FILE_SCHEMA, TRANSACTIONAL_RECORD_COLUMNS
 from storage_layout.store import Store
 
 _READ_COLUMNS = list(TRANSACTIONAL_RECORD_COLUMNS)
@@ -113,6 +114,25 @@ def _committed_data(committed: FetchResult) -> FetchResult:
         committed.last_stable_offset,
         next_offset=committed.next_offset,
     )
+
+
+def advanced_index(
+    store: Store, snapshot: LogSnapshot, index: TransactionIndex
+) -> TransactionIndex:
+    """`index` extended to `snapshot`'s high watermark with the rows of newer files only
+    (FORMAT.md §14)."""
+    if index.indexed_to >= snapshot.high_watermark:
+        return index
+    rows = transactional_rows_from(store, snapshot, index.indexed_to)
+    return index.advanced(rows, snapshot.high_watermark)
+
+
+def read_files(store: Store, files: Sequence[DataFile]) -> pa.Table:
+    """Every column of `files` (FILE_SCHEMA), in the order given."""
+    if not files:
+        return FILE_SCHEMA.empty_table()
+    # Files rewritten by other engines may store view types: one schema for all.
+    return pa.concat_tables([read_whole_file(store, f).cast(FILE_SCHEMA) for f in files])
 
 
 def transactional_rows_from(store: Store, snapshot: LogSnapshot, from_offset: int) -> pa.Table:

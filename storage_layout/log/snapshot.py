@@ -17,7 +17,10 @@ from storage_layout.errors import CorruptPartition
 from storage_layout.log import log_commit
 from storage_layout.log.replay import TableState, file_path
 from storage_layout.records import AppTransaction
-from storage_layout.schema import LOG_APP_ID, LOG_START_APP_ID, NODE_IDS, PARTITION_COLUMN
+from storage_layout.schema import LOG_APP_ID, LOG_START_APP_ID, PARTITION_COLUMN
+
+# The tail keeps at most this many commits' records in memory.
+TAIL_COMMITS_MAX = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,22 +43,6 @@ class DataFile:
     # Whether it holds transactional records or markers (None: the statistics do not say,
     # e.g. a file from before the transaction columns).
     has_transactions: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Leadership:
-    """Who leads a partition, from the `leader` txn: epochs only grow, one per change."""
-
-    epoch: int
-    node_id: int
-
-    @classmethod
-    def from_version(cls, version: int | None) -> Leadership | None:
-        return None if version is None else cls(version // NODE_IDS, version % NODE_IDS)
-
-    @property
-    def version(self) -> int:
-        return self.epoch * NODE_IDS + self.node_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,3 +237,31 @@ def _iso_to_ms_ceiled(text: str) -> int:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class TailKeeper:
+    """Extends a snapshot's tail with each new commit's records and trims it to at most
+    `records_max` records (but the newest chunk) and TAIL_COMMITS_MAX chunks. One writer."""
+
+    def __init__(self, records_max: int) -> None:
+        self._records_max = records_max
+        self._known: tuple[tuple[TailChunk, ...], int] = ((), 0)  # (a tail, its rows)
+
+    def extended(
+        self, tail: tuple[TailChunk, ...], base_offset: int, table: pa.Table
+    ) -> tuple[TailChunk, ...]:
+        if self._records_max <= 0:
+            return ()
+        chunks = [*tail, TailChunk(base_offset, table)]
+        # The row count of `tail` is remembered from the last call (summing up to 256 chunks
+        # on every commit was a twentieth of a commit's CPU).
+        known_tail, known_rows = self._known
+        rows = known_rows if known_tail is tail else sum(c.records.num_rows for c in tail)
+        rows += table.num_rows
+        while len(chunks) > 1 and (
+            rows - chunks[0].records.num_rows >= self._records_max or len(chunks) > TAIL_COMMITS_MAX
+        ):
+            rows -= chunks.pop(0).records.num_rows
+        result = tuple(chunks)
+        self._known = (result, rows)
+        return result
