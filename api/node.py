@@ -42,8 +42,8 @@ from conf.settings import Settings
 from storage_layout import paths, store
 from storage_layout.cluster.client import NodeClient
 from storage_layout.cluster.nodes import NodeRegistry
-from storage_layout.consumer_offsets import ConsumerOffsets
-from storage_layout.transaction_state import TransactionStateStore
+from storage_layout.meta.consumer_offsets import ConsumerOffsets
+from storage_layout.meta.transaction_state import TransactionStateStore
 
 EXECUTOR_THREADS = 8
 

@@ -71,7 +71,6 @@ if str(REPO) not in sys.path:
 from bench.produce_fetch import machine_info, report_header  # noqa: E402
 from jobs.runner import ENGINE_LOCAL, JobRequest, run_job  # noqa: E402
 from storage_layout import paths  # noqa: E402
-from storage_layout.catalog import TopicCatalog  # noqa: E402
 from storage_layout.log import (  # noqa: E402
     DeltaPartitionLog,  # noqa: E402
     load_table,
@@ -81,6 +80,7 @@ from storage_layout.log import (  # noqa: E402
 from storage_layout.log import reader as log_reader  # noqa: E402
 from storage_layout.maintenance import execute, plans  # noqa: E402
 from storage_layout.maintenance.jobs import Summary  # noqa: E402
+from storage_layout.meta.catalog import TopicCatalog  # noqa: E402
 from storage_layout.records import NewRecord  # noqa: E402
 from storage_layout.store.local import LocalStore  # noqa: E402
 from storage_layout.topic_config import TopicConfig  # noqa: E402

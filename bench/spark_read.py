@@ -73,8 +73,8 @@ from deltalake import DeltaTable  # noqa: E402
 
 from bench.produce_fetch import machine_info, report_header  # noqa: E402
 from conf.settings import Settings  # noqa: E402
-from storage_layout.catalog import TopicCatalog  # noqa: E402
 from storage_layout.log import DeltaPartitionLog  # noqa: E402
+from storage_layout.meta.catalog import TopicCatalog  # noqa: E402
 from storage_layout.paths import partition_table_uri  # noqa: E402
 from storage_layout.records import NewRecord  # noqa: E402
 from storage_layout.topic_config import TopicConfig  # noqa: E402

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 from conf.settings import Settings, load_settings
 from storage_layout import paths, store
-from storage_layout.catalog import TopicCatalog
-from storage_layout.consumer_offsets import ConsumerOffsets
 from storage_layout.errors import TopicNotFound
 from storage_layout.maintenance.execute import Outcome, Unit
 from storage_layout.maintenance.jobs import Summary, execute_unit, summarize
+from storage_layout.meta.catalog import TopicCatalog
+from storage_layout.meta.consumer_offsets import ConsumerOffsets
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 ENGINE_SPARK, ENGINE_LOCAL = "spark", "local"

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from storage_layout import paths, store
-from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.records import Isolation
 
 TOPIC_OPTIONS = ("subscribe", "subscribePattern", "assign")

@@ -25,8 +25,8 @@ from pipeline.options import (
     resolve_range,
     storage_options_option,
 )
-from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.paths import is_local, normalize_root, partition_table_uri
 
 

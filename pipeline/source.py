@@ -55,8 +55,8 @@ from pipeline.options import (
 from pipeline.splits import OffsetSplit, by_timestamp, partition_splits, read_split
 from pipeline.stream import LakelogStreamReader
 from storage_layout import paths
-from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.meta.catalog import TopicCatalog
 
 SOURCE_NAME = "lakelog"
 

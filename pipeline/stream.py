@@ -77,9 +77,9 @@ from pipeline.options import (
 )
 from pipeline.splits import OffsetSplit, by_timestamp, plan_splits, read_split
 from storage_layout import paths
-from storage_layout.catalog import TopicCatalog, TopicInfo
 from storage_layout.errors import CorruptPartition, StorageUnavailable
 from storage_layout.log import DeltaPartitionLog, LogSnapshot
+from storage_layout.meta.catalog import TopicCatalog, TopicInfo
 
 try:  # Spark >= 4.2: admission control and Trigger.AvailableNow for Python streaming sources.
     from pyspark.sql.streaming.datasource import (

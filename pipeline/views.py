@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from pipeline.options import ISOLATION_OPTION
 from pipeline.source import SOURCE_NAME, register_data_source
-from storage_layout.catalog import TopicCatalog
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.paths import normalize_root
 
 _NOT_IN_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")

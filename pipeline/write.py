@@ -52,13 +52,13 @@ from pyspark.sql.types import (
 )
 
 from storage_layout import paths, store
-from storage_layout.catalog import TopicCatalog, TopicInfo
 from storage_layout.cluster import routes
 from storage_layout.cluster.client import NodeSyncClient
 from storage_layout.cluster.codec import encode_append
 from storage_layout.cluster.errors import NodeCallError
 from storage_layout.cluster.nodes import NodeRegistry
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.meta.catalog import TopicCatalog, TopicInfo
 from storage_layout.partitioner import partition_for_key, partitions_for_keys
 from storage_layout.records import AppTransaction, NewRecord
 

@@ -44,15 +44,16 @@ from api.core.transaction_requests import TransactionRequests
 from api.core.transactions import TransactionCoordinator
 from api.core.writer import FOREIGN_CHECK_INTERVAL_MS, BatchAck
 from conf.settings import Settings
-from storage_layout.catalog import TopicInfo
 from storage_layout.cluster import routes
 from storage_layout.cluster.codec import encode_append
 from storage_layout.errors import OffsetOutOfRange
 from storage_layout.log import DeltaPartitionLog
 from storage_layout.log.arrow_records import payload_bytes
+from storage_layout.meta.catalog import TopicInfo
+from storage_layout.meta.producers import ProducerIdentity
+from storage_layout.meta.transaction_state import PendingOffset
 from storage_layout.partitioner import RoundRobin, choose_partition
 from storage_layout.producer_state import ProducerBatch
-from storage_layout.producers import ProducerIdentity
 from storage_layout.records import (
     AppTransaction,
     FetchResult,
@@ -61,7 +62,6 @@ from storage_layout.records import (
     TopicPartition,
     records_size_bytes,
 )
-from storage_layout.transaction_state import PendingOffset
 
 T = TypeVar("T")
 Blocking = Callable[..., Awaitable]

@@ -6,7 +6,7 @@ record batch (the batch fails whole). The partition's existence is TopicInfo.che
 from __future__ import annotations
 
 from api.core.errors import KeyRequired, RecordTooLarge
-from storage_layout.catalog import TopicInfo
+from storage_layout.meta.catalog import TopicInfo
 from storage_layout.records import Records, first_keyless
 
 

@@ -1,12 +1,12 @@
 """Producer ids and epochs for idempotent and transactional producers, from the shared
-allocator (storage_layout/producers.py), opened at the first request: a node whose clients
+allocator (storage_layout/meta/producers.py), opened at the first request: a node whose clients
 never ask for one never reads the table."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from storage_layout.producers import ProducerIdAllocator, ProducerIdentity
+from storage_layout.meta.producers import ProducerIdAllocator, ProducerIdentity
 
 
 class ProducerIds:

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from api.core import metrics
 from conf.settings import Settings
-from storage_layout.catalog import TopicInfo
 from storage_layout.maintenance.execute import Outcome, Unit
 from storage_layout.maintenance.jobs import JOBS, execute_unit, summarize
+from storage_layout.meta.catalog import TopicInfo
 
 log = logging.getLogger("lakelog.maintenance")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from storage_layout.catalog import TopicInfo
+from storage_layout.meta.catalog import TopicInfo
 from storage_layout.topic_config import BROKER_NAMES, TopicConfig
 
 DYNAMIC_TOPIC_CONFIG = "DYNAMIC_TOPIC_CONFIG"

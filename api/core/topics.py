@@ -12,8 +12,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
-from storage_layout.catalog import TopicCatalog, TopicInfo, check_partition_count
 from storage_layout.errors import TopicExists, TopicNotFound
+from storage_layout.meta.catalog import TopicCatalog, TopicInfo, check_partition_count
+from storage_layout.meta.topic_defaults import read_topic_defaults, write_topic_defaults
 from storage_layout.topic_config import (
     TopicConfig,
     check_config_name,
@@ -21,7 +22,6 @@ from storage_layout.topic_config import (
     resolved,
     validate_topic_name,
 )
-from storage_layout.topic_defaults import read_topic_defaults, write_topic_defaults
 
 log = logging.getLogger("lakelog.topics")
 

@@ -13,7 +13,7 @@ from api.core.leaders import Leaders
 from api.core.peers import Peers
 from api.core.writer import TransactionMarker
 from storage_layout.cluster import routes
-from storage_layout.consumer_offsets import OffsetCommit
+from storage_layout.meta.consumer_offsets import OffsetCommit
 
 
 class TransactionParticipants:

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from api.core.errors import TransactionCoordinatorUnavailable
 from api.core.peers import Peers
 from api.core.transactions import TransactionCoordinator
-from storage_layout.producers import ProducerIdentity
+from storage_layout.meta.producers import ProducerIdentity
+from storage_layout.meta.transaction_state import PendingOffset, TxnState
 from storage_layout.records import TopicPartition
-from storage_layout.transaction_state import PendingOffset, TxnState
 
 
 class TransactionRequests:

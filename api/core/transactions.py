@@ -1,7 +1,7 @@
 """Kafka's transaction coordinator (KIP-98, the first transaction protocol) on lakelog's store.
 
 Each transactional id has one coordinator node (rendezvous hashing over the live nodes, as
-groups) and its state in `_meta/transactions` (storage_layout/transaction_state.py: every
+groups) and its state in `_meta/transactions` (storage_layout/meta/transaction_state.py: every
 change is the put-if-absent of the next state, so a deposed coordinator cannot act on a
 stale one). A transaction ends in two steps, both recorded before anything depends on them:
 PrepareCommit (or PrepareAbort) is stored, then markers go to every partition the transaction
@@ -30,18 +30,18 @@ from api.core.errors import (
     TransactionCoordinatorUnavailable,
 )
 from api.core.writer import TransactionMarker
-from storage_layout.consumer_offsets import OffsetCommit
 from storage_layout.errors import ProducerFenced
-from storage_layout.partitioner import murmur2, to_positive
-from storage_layout.producers import ProducerIdentity
-from storage_layout.schema import CONTROL_ABORT, CONTROL_COMMIT
-from storage_layout.transaction_state import (
+from storage_layout.meta.consumer_offsets import OffsetCommit
+from storage_layout.meta.producers import ProducerIdentity
+from storage_layout.meta.transaction_state import (
     PendingOffset,
     StateTaken,
     TransactionStateStore,
     TxnState,
     TxnStatus,
 )
+from storage_layout.partitioner import murmur2, to_positive
+from storage_layout.schema import CONTROL_ABORT, CONTROL_COMMIT
 
 TRANSACTION_TOPIC = "__transaction_state"
 TRANSACTION_SLOTS = 50  # Kafka's transaction.state.log.num.partitions

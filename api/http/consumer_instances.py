@@ -47,8 +47,8 @@ from api.core.groups.errors import (
 )
 from api.core.groups.group import GroupState, JoinRequest, Subscription
 from api.http import remote_reads
-from storage_layout.consumer_offsets import CommittedOffset, OffsetCommit
 from storage_layout.errors import OffsetOutOfRange
+from storage_layout.meta.consumer_offsets import CommittedOffset, OffsetCommit
 from storage_layout.records import Isolation, TopicPartition
 
 log = logging.getLogger("lakelog.consumers")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from storage_layout.acls import ANY_PRINCIPAL, WILDCARD, AclBinding
+from storage_layout.meta.acls import ANY_PRINCIPAL, WILDCARD, AclBinding
 
 CLUSTER_RESOURCE_NAME = "kafka-cluster"  # the one cluster resource, named as in Kafka
 

@@ -63,13 +63,13 @@ def _handler(function):
 
 
 def _principal_store(args):
-    from storage_layout.principals import PrincipalStore
+    from storage_layout.meta.principals import PrincipalStore
 
     return PrincipalStore(args.root)
 
 
 def _acl_store(args):
-    from storage_layout.acls import AclStore
+    from storage_layout.meta.acls import AclStore
 
     return AclStore(args.root)
 
@@ -138,7 +138,7 @@ def _keys_create(args) -> int:
 
 
 def _keys_list(args) -> int:
-    from storage_layout.principals import normalize_principal
+    from storage_layout.meta.principals import normalize_principal
 
     principal = normalize_principal(args.principal) if args.principal else None
     for key in _principal_store(args).api_keys(principal):
@@ -196,7 +196,7 @@ def _resources(args) -> list[tuple[str, str]]:
 
 
 def _bindings(args) -> list:
-    from storage_layout.acls import AclBinding
+    from storage_layout.meta.acls import AclBinding
 
     principals = [(p, "allow", args.allow_host) for p in args.allow_principal]
     principals += [(p, "deny", args.deny_host) for p in args.deny_principal]
@@ -224,7 +224,7 @@ def _bindings(args) -> list:
 
 def _filters(args) -> list:
     """Filters for list/remove: each given resource x principal, unset fields matching any."""
-    from storage_layout.acls import AclFilter
+    from storage_layout.meta.acls import AclFilter
 
     principals = args.principal + args.allow_principal + args.deny_principal
     resources = _resources(args) or [(None, None)]
@@ -302,7 +302,7 @@ def _add_quotas(commands) -> None:
 
 
 def _quotas_set(args) -> int:
-    from storage_layout.principals import Quota
+    from storage_layout.meta.principals import Quota
 
     quota = Quota(args.produce_bytes_per_s, args.fetch_bytes_per_s)
     _principal_store(args).set_quota(args.principal, quota)

@@ -21,8 +21,8 @@ from api.security.authorizer import Authorizer
 from api.security.errors import AuthenticationFailed, AuthorizationFailed
 from api.security.quotas import FETCH, PRODUCE, QuotaManager
 from conf.settings import Settings
-from storage_layout.acls import AclStore
-from storage_layout.principals import (
+from storage_layout.meta.acls import AclStore
+from storage_layout.meta.principals import (
     ApiKey,
     PrincipalStore,
     new_hash_params,

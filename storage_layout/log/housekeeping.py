@@ -21,7 +21,7 @@ from storage_layout.log import log_commit
 from storage_layout.log.checkpoint import write_checkpoint
 from storage_layout.log.files import WrittenFile, read_whole_file, write_data_file
 from storage_layout.log.leadership import Leadership
-from storage_layout.log.replay import UnreadableLog
+from storage_layout.log.replay import TableState, UnreadableLog
 from storage_layout.log.snapshot import DataFile, LogSnapshot, in_memory
 from storage_layout.log.tables import TABLE_CONFIGURATION
 from storage_layout.store import Store
@@ -72,10 +72,15 @@ class Housekeeper:
         """Checkpoint `snapshot` and trim the log when CHECKPOINT_INTERVAL versions passed
         since the last checkpoint, keeping `history_ms` of versions for time travel; a failure
         is retried on the next pass."""
-        if snapshot.table_version - self._checkpointed_version < CHECKPOINT_INTERVAL:
+        if snapshot.state is not None:
+            self.checkpoint_state_if_due(snapshot.state, history_ms)
+
+    def checkpoint_state_if_due(self, state: TableState, history_ms: int = 0) -> None:
+        """checkpoint_if_due for a table's state (the `_meta` tables keep no snapshot)."""
+        if state.version - self._checkpointed_version < CHECKPOINT_INTERVAL:
             return
         try:
-            self._checkpoint_and_trim(snapshot, history_ms)
+            self._checkpoint_and_trim(state, history_ms)
         except (OSError, StorageError, UnreadableLog):
             pass
 
@@ -136,18 +141,16 @@ class Housekeeper:
             tables.append(read_whole_file(self._store, data_file) if chunk is None else chunk)
         return tables
 
-    def _checkpoint_and_trim(self, snapshot: LogSnapshot, history_ms: int) -> None:
-        """Checkpoint the writer's snapshot from memory (no read of the log: on an object
+    def _checkpoint_and_trim(self, state: TableState, history_ms: int) -> None:
+        """Checkpoint the writer's state from memory (no read of the log: on an object
         store, delta-rs's checkpoint read every commit since the previous one four times),
         then trim the log below the previous checkpoint."""
-        state = snapshot.state
-        if state is None:
-            return
+        version = state.version
         if self.written is not None:  # the writer may not have rebased on it yet
             state = state.checkpointed(*self.written)
         self.written = write_checkpoint(self._log, state)
-        self._checkpoints.append((snapshot.table_version, int(time.time() * 1000)))
-        previous, self._checkpointed_version = self._checkpointed_version, snapshot.table_version
+        self._checkpoints.append((version, int(time.time() * 1000)))
+        previous, self._checkpointed_version = self._checkpointed_version, version
         if previous > 0:
             self._delete_log_entries_before(previous, history_ms)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -151,6 +152,33 @@ def metadata_actions(metadata: dict[str, Any], timestamp_ms: int) -> list[dict[s
         "engineInfo": ENGINE_INFO,
     }
     return [{"commitInfo": commit_info}, {"metaData": metadata}]
+
+
+def create_actions(
+    schema_string: str,
+    partition_columns: list[str],
+    configuration: Mapping[str, str],
+    timestamp_ms: int,
+) -> list[dict[str, Any]]:
+    """The actions of commit 0 of a new table: protocol 1/2 and its metadata (a fresh id)."""
+    metadata = {
+        "id": str(uuid.uuid4()),
+        "name": None,
+        "description": None,
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": schema_string,
+        "partitionColumns": list(partition_columns),
+        "createdTime": timestamp_ms,
+        "configuration": dict(configuration),
+    }
+    commit_info = {
+        "timestamp": timestamp_ms,
+        "operation": "CREATE TABLE",
+        "operationParameters": {"mode": "Ignore"},
+        "engineInfo": ENGINE_INFO,
+    }
+    protocol = {"minReaderVersion": 1, "minWriterVersion": 2}
+    return [{"commitInfo": commit_info}, {"protocol": protocol}, {"metaData": metadata}]
 
 
 def transactions_actions(

@@ -1,8 +1,14 @@
-"""Partition tables as delta-rs sees them: create, load (with damage explained), checkpoint,
-vacuum, and the light reads that need no file index."""
+"""Delta tables created (commit 0, through the store), and partition tables as delta-rs sees
+them: load (with damage explained), checkpoint, vacuum, the light reads that need no file
+index."""
 
 from __future__ import annotations
 
+import json
+import time
+from typing import Any
+
+import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
@@ -128,14 +134,91 @@ def create_table(table_uri: str) -> None:
     Raises:
         StorageUnavailable: the store could not be written.
     """
+    create_delta_table(table_uri, PARTITION_SCHEMA, [PARTITION_COLUMN], TABLE_CONFIGURATION)
+
+
+def create_delta_table(
+    table_uri: str,
+    schema: pa.Schema,
+    partition_columns: list[str],
+    configuration: dict[str, str],
+) -> bool:
+    """Create an empty table: its commit 0 (protocol 1/2, the metadata), put if absent
+    through the root's store, as every other commit (so a file system without hard links
+    serves it). Idempotent: True if this call created it, False if a table was there.
+
+    Raises:
+        StorageUnavailable: the store could not be read or written.
+    """
+    log = open_store(table_uri).child(log_commit.LOG_DIR)
+    actions = log_commit.create_actions(
+        delta_schema_string(schema), partition_columns, configuration, _now_ms()
+    )
     try:
-        DeltaTable.create(
-            table_uri,
-            PARTITION_SCHEMA,
-            mode="ignore",
-            partition_by=[PARTITION_COLUMN],
-            configuration=TABLE_CONFIGURATION,
-            storage_options=delta_storage_options(),
-        )
-    except (OSError, DeltaError) as error:
+        if log_commit.commit_exists(log, 0) or log.exists(log_commit.LAST_CHECKPOINT):
+            return False  # commit 0 may be trimmed since: a checkpoint names the table then
+        return log_commit.put_if_absent(log, 0, log_commit.ndjson(actions))
+    except OSError as error:
         raise StorageUnavailable(f"Cannot create table {table_uri}: {error}") from error
+
+
+def delta_schema_string(schema: pa.Schema) -> str:
+    """`schema` as a Delta metaData schemaString (the JSON delta-rs and Spark write)."""
+    fields = [_field_json(field) for field in schema]
+    return json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
+
+
+_PRIMITIVES = {
+    pa.string(): "string",
+    pa.large_string(): "string",
+    pa.binary(): "binary",
+    pa.large_binary(): "binary",
+    pa.bool_(): "boolean",
+    pa.int8(): "byte",
+    pa.int16(): "short",
+    pa.int32(): "integer",
+    pa.int64(): "long",
+    pa.float32(): "float",
+    pa.float64(): "double",
+    pa.date32(): "date",
+}
+
+
+def _field_json(field: pa.Field) -> dict[str, Any]:
+    return {
+        "name": field.name,
+        "type": _type_json(field.type),
+        "nullable": field.nullable,
+        "metadata": {},
+    }
+
+
+def _type_json(kind: pa.DataType) -> Any:
+    if kind in _PRIMITIVES:
+        return _PRIMITIVES[kind]
+    if pa.types.is_timestamp(kind):
+        return "timestamp" if kind.tz else "timestamp_ntz"
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        element = kind.value_field
+        return {
+            "type": "array",
+            "elementType": _type_json(element.type),
+            "containsNull": element.nullable,
+        }
+    if pa.types.is_struct(kind):
+        return {
+            "type": "struct",
+            "fields": [_field_json(kind.field(i)) for i in range(kind.num_fields)],
+        }
+    if pa.types.is_map(kind):
+        return {
+            "type": "map",
+            "keyType": _type_json(kind.key_type),
+            "valueType": _type_json(kind.item_type),
+            "valueContainsNull": kind.item_field.nullable,
+        }
+    raise ValueError(f"no Delta type for Arrow type {kind}")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -20,10 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from storage_layout import paths
-from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog, checkpoint_table, vacuum_table
 from storage_layout.log.transaction_index import AbortedTransaction, aborted_mask
 from storage_layout.maintenance import plans
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.records import AppTransaction
 from storage_layout.schema import LOG_START_APP_ID
 

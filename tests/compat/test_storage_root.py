@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from storage_layout import paths
-from storage_layout.acls import AclBinding, AclStore
-from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog
-from storage_layout.principals import PrincipalStore
+from storage_layout.meta.acls import AclBinding, AclStore
+from storage_layout.meta.catalog import TopicCatalog
+from storage_layout.meta.principals import PrincipalStore
 from tests.gateway_process import start_gateway
 
 pytestmark = pytest.mark.gateway

@@ -155,7 +155,7 @@ def test_each_partition_is_maintained_by_one_node(tmp_path_factory, topic_name):
 def test_jobs_schedule_runs_every_job_until_stopped(tmp_path, topic_name):
     """`lakelog jobs schedule` without a gateway: each job runs, and again on its interval."""
     root = str(tmp_path / "data")
-    from storage_layout.catalog import TopicCatalog
+    from storage_layout.meta.catalog import TopicCatalog
     from storage_layout.records import NewRecord
     from storage_layout.topic_config import TopicConfig
 

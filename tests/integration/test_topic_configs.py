@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import httpx
 
-from storage_layout.catalog import TopicCatalog
+from storage_layout.meta.catalog import TopicCatalog
 from tests.integration.helpers import V3, assert_error, create_topic, gateway_with
 
 KAFKA_RETENTION_MS = "604800000"

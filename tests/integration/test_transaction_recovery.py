@@ -10,17 +10,17 @@ import time
 import httpx
 import pytest
 
-from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog
-from storage_layout.paths import partition_table_uri
-from storage_layout.records import NewRecord, TopicPartition
-from storage_layout.topic_config import TopicConfig
-from storage_layout.transaction_state import (
+from storage_layout.meta.catalog import TopicCatalog
+from storage_layout.meta.transaction_state import (
     PendingOffset,
     TransactionStateStore,
     TxnState,
     TxnStatus,
 )
+from storage_layout.paths import partition_table_uri
+from storage_layout.records import NewRecord, TopicPartition
+from storage_layout.topic_config import TopicConfig
 from tests.gateway_process import start_gateway
 from tests.integration.helpers import V3
 

@@ -16,8 +16,8 @@ from confluent_kafka import Consumer, TopicPartition
 from kio.serial import entity_reader
 
 from api.kafka.messages import response_class
-from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
 from storage_layout.schema import CONTROL_ABORT, CONTROL_COMMIT

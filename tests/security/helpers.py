@@ -7,7 +7,7 @@ import time
 
 import httpx
 
-from storage_layout.principals import PrincipalStore
+from storage_layout.meta.principals import PrincipalStore
 
 SECRET = "test-cluster-secret-0123456789"
 AUTH_ENV = {

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from storage_layout.principals import PrincipalStore, Quota
+from storage_layout.meta.principals import PrincipalStore, Quota
 from tests.gateway_process import start_gateway
 from tests.security.helpers import (
     AUTH_ENV,

@@ -20,9 +20,9 @@ from api.security.authorizer import Authorizer
 from api.security.errors import AuthenticationFailed, QuotaExceeded
 from api.security.quotas import QuotaManager
 from conf.settings import Settings
-from storage_layout import principals as principals_module
-from storage_layout.acls import AclBinding, AclFilter, AclStore
-from storage_layout.principals import PrincipalStore
+from storage_layout.meta import principals as principals_module
+from storage_layout.meta.acls import AclBinding, AclFilter, AclStore
+from storage_layout.meta.principals import PrincipalStore
 
 
 def acl(principal, operation, name, *, permission="allow", pattern="literal", rtype="topic"):

@@ -7,8 +7,8 @@ import pytest
 
 from pipeline.read import read_topic
 from pipeline.source import register_data_source
-from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
 from storage_layout.schema import CONTROL_ABORT, CONTROL_COMMIT

@@ -7,9 +7,9 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from pipeline.lag import group_lag
-from storage_layout.catalog import TopicCatalog
-from storage_layout.consumer_offsets import ConsumerOffsets, OffsetCommit
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.meta.catalog import TopicCatalog
+from storage_layout.meta.consumer_offsets import ConsumerOffsets, OffsetCommit
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig

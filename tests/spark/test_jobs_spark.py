@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from jobs.runner import ENGINE_SPARK, JobRequest, run_job
-from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig

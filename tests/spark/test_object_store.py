@@ -15,8 +15,8 @@ from pipeline.read import read_topic
 from pipeline.source import register_data_source
 from pipeline.topics import write_topic
 from storage_layout import store
-from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig

@@ -21,9 +21,9 @@ from pyspark.sql.types import (
 
 from pipeline.read import read_topic
 from pipeline.spark import build_spark_session
-from storage_layout.catalog import TopicCatalog
 from storage_layout.errors import TopicNotFound
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig

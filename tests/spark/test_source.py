@@ -12,8 +12,8 @@ from deltalake import DeltaTable
 from pipeline import splits as split_planning
 from pipeline.read import read_topic
 from pipeline.source import LakelogBatchReader, register_data_source
-from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig

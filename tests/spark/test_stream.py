@@ -16,8 +16,8 @@ from deltalake import DeltaTable
 
 from pipeline.source import register_data_source
 from pipeline.stream import DataLoss, LakelogStreamReader, rate_limit
-from storage_layout.catalog import TopicCatalog
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig

@@ -12,7 +12,7 @@ import pyspark_lakelog
 from pipeline.read import read_topic
 from pipeline.source import LakelogDataSource
 from pipeline.topics import read_topic_stream, write_topic, write_topic_stream
-from storage_layout.catalog import TopicCatalog
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.topic_config import TopicConfig
 
 

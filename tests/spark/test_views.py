@@ -11,9 +11,9 @@ from pipeline.kafka_schema import KAFKA_SCHEMA, KAFKA_SCHEMA_WITH_HEADERS
 from pipeline.read import read_topic
 from pipeline.source import register_data_source
 from pipeline.views import latest_by_key, register_topic_views, view_name
-from storage_layout.catalog import TopicCatalog
 from storage_layout.errors import TopicNotFound
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import NewRecord
 from storage_layout.schema import CONTROL_ABORT

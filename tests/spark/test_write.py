@@ -16,7 +16,7 @@ from pyspark.sql.utils import AnalysisException
 
 from pipeline.read import read_topic
 from pipeline.source import register_data_source
-from storage_layout.catalog import TopicCatalog
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.partitioner import partition_for_key
 from storage_layout.topic_config import TopicConfig
 from tests.integration.helpers import b64, create_topic, produce

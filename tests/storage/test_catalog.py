@@ -7,10 +7,10 @@ import pytest
 from deltalake import DeltaTable
 
 from storage_layout import paths
-from storage_layout.catalog import TopicCatalog
 from storage_layout.errors import InvalidPartitions, InvalidTopic, TopicExists, TopicNotFound
 from storage_layout.log import DeltaPartitionLog
-from storage_layout.meta_tables import META_FILES_MAX
+from storage_layout.meta.catalog import TopicCatalog
+from storage_layout.meta.table import META_FILES_MAX
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig
 
@@ -85,8 +85,8 @@ def test_a_topic_stores_only_its_own_configs_and_reads_older_rows(tmp_path):
 
     from deltalake import write_deltalake
 
-    from storage_layout.catalog import CATALOG_SCHEMA
-    from storage_layout.topic_defaults import write_topic_defaults
+    from storage_layout.meta.catalog import CATALOG_SCHEMA
+    from storage_layout.meta.topic_defaults import write_topic_defaults
 
     root = str(tmp_path / "root")
     catalog = TopicCatalog(root)
@@ -101,7 +101,9 @@ def test_a_topic_stores_only_its_own_configs_and_reads_older_rows(tmp_path):
         "state": ["active"],
         "updated_at": [int(time.time() * 1_000_000)],
     }
-    write_deltalake(catalog._dt, pa.table(row, schema=CATALOG_SCHEMA), mode="append")
+    # Written by delta-rs, as by the code before the catalog committed through the store.
+    catalog_uri = paths.meta_table_uri(root, "topics")
+    write_deltalake(catalog_uri, pa.table(row, schema=CATALOG_SCHEMA), mode="append")
     write_topic_defaults(root, {"retention.ms": 1000, "segment.bytes": 8192})
     topics = TopicCatalog(root).topics()
     assert topics["own"].overrides == {"retention.ms": "604800000"}

@@ -10,7 +10,9 @@ import pytest
 from deltalake import DeltaTable
 
 from storage_layout import paths
-from storage_layout.consumer_offsets import (
+from storage_layout.errors import LeadershipConflict
+from storage_layout.log import Leadership
+from storage_layout.meta.consumer_offsets import (
     CONSUMER_OFFSETS_SCHEMA,
     DELETED_OFFSET,
     GENERATION_NONE,
@@ -19,9 +21,7 @@ from storage_layout.consumer_offsets import (
     GroupCommit,
     OffsetCommit,
 )
-from storage_layout.errors import LeadershipConflict
-from storage_layout.log import Leadership
-from storage_layout.meta_tables import META_FILES_MAX
+from storage_layout.meta.table import META_FILES_MAX
 from storage_layout.records import TopicPartition
 
 

@@ -9,11 +9,11 @@ import time
 import pytest
 from deltalake import DeltaTable
 
-from storage_layout.catalog import TopicCatalog
 from storage_layout.errors import OffsetOutOfRange
 from storage_layout.log import DeltaPartitionLog
 from storage_layout.maintenance import execute
 from storage_layout.maintenance.execute import Unit
+from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.paths import partition_table_uri
 from storage_layout.records import Isolation, NewRecord
 from storage_layout.schema import CONTROL_ABORT, CONTROL_COMMIT

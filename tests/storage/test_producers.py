@@ -6,8 +6,8 @@ import multiprocessing
 
 from deltalake import DeltaTable
 
-from storage_layout import producers as producers_module
-from storage_layout.producers import ProducerIdAllocator, ProducerIdentity
+from storage_layout.meta import producers as producers_module
+from storage_layout.meta.producers import ProducerIdAllocator, ProducerIdentity
 
 
 def test_ids_are_consecutive_from_zero_at_epoch_zero(tmp_path):

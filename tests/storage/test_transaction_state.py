@@ -1,5 +1,5 @@
-"""The transaction coordinator's state objects (storage_layout/transaction_state.py): each change
-is the put-if-absent of the next number, so of two coordinators acting on one state only the
+"""The transaction coordinator's state objects (storage_layout/meta/transaction_state.py): each
+change is the put-if-absent of the next number, so of two coordinators acting on one state only the
 first changes it; superseded states go, ids of any characters round-trip."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import dataclasses
 
 import pytest
 
-from storage_layout.records import TopicPartition
-from storage_layout.transaction_state import (
+from storage_layout.meta.transaction_state import (
     PendingOffset,
     StateTaken,
     TransactionStateStore,
     TxnState,
     TxnStatus,
 )
+from storage_layout.records import TopicPartition
 
 
 def empty(transactional_id: str) -> TxnState:

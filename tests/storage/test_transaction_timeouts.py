@@ -10,10 +10,10 @@ import asyncio
 
 from api.core.transactions import TransactionCoordinator
 from api.core.writer import TransactionMarker
-from storage_layout.producers import ProducerIdAllocator
+from storage_layout.meta.producers import ProducerIdAllocator
+from storage_layout.meta.transaction_state import TransactionStateStore, TxnStatus
 from storage_layout.records import TopicPartition
 from storage_layout.schema import CONTROL_ABORT
-from storage_layout.transaction_state import TransactionStateStore, TxnStatus
 
 TIMEOUT_MS = 60_000
 

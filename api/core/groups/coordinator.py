@@ -4,7 +4,7 @@ the consumer groups this node coordinates.
 Which node coordinates a group: the live node with the highest rendezvous hash for the group's
 coordinator slot (Kafka: the leader of `__consumer_offsets` partition hash(group) % 50). That
 node takes the group with a compare-and-set on the group's `txn` in `_meta/consumer_offsets`
-(storage_layout/consumer_offsets.py), and every offset commit asserts it, so a deposed
+(storage_layout/meta/consumer_offsets.py), and every offset commit asserts it, so a deposed
 coordinator can never commit again. Other nodes forward the group's requests to it, so any node
 serves any group. Membership lives in the coordinator's memory; after a failover the members
 get UNKNOWN_MEMBER_ID and join again, and the offsets are reloaded from the table.
@@ -38,7 +38,9 @@ from api.core.groups.errors import (
     UnknownMemberId,
 )
 from api.core.groups.group import Group, GroupState, JoinRequest, MemberView
-from storage_layout.consumer_offsets import (
+from storage_layout.errors import LeadershipConflict
+from storage_layout.log import Leadership
+from storage_layout.meta.consumer_offsets import (
     DELETED_OFFSET,
     GENERATION_NONE,
     CommittedOffset,
@@ -46,8 +48,6 @@ from storage_layout.consumer_offsets import (
     GroupCommit,
     OffsetCommit,
 )
-from storage_layout.errors import LeadershipConflict
-from storage_layout.log import Leadership
 from storage_layout.partitioner import murmur2, to_positive
 from storage_layout.records import TopicPartition
 

@@ -21,8 +21,8 @@ import pyarrow as pa
 from api.core.broker import Broker
 from api.core.groups.errors import InvalidGroupRequest, RecordNotFound
 from api.core.records import ACKS_ALL, ProduceRecord, RecordAck
-from storage_layout.consumer_offsets import OffsetCommit
 from storage_layout.errors import TopicExists, TopicNotFound
+from storage_layout.meta.consumer_offsets import OffsetCommit
 from storage_layout.records import Header, NewRecord, TopicPartition
 
 DLQ_SUFFIX = ".dlq"

@@ -27,7 +27,7 @@ from api.http.forwarding import served_by_coordinator
 from api.http.routes import dead_letter_body
 from api.http.routes.dead_letter_body import DeadLetterBody
 from api.http.wire import INT32_MAX, INT64_MAX
-from storage_layout.consumer_offsets import OffsetCommit
+from storage_layout.meta.consumer_offsets import OffsetCommit
 from storage_layout.records import TopicPartition
 
 router = APIRouter(prefix="/groups", tags=["consumer groups (native)"])

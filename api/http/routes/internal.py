@@ -20,7 +20,7 @@ from api.http.deps import BrokerDep
 from api.http.wire import parse_json
 from storage_layout.cluster import routes
 from storage_layout.cluster.codec import REFUSED_STATUS, decode_append, refusal
-from storage_layout.consumer_offsets import OffsetCommit
+from storage_layout.meta.consumer_offsets import OffsetCommit
 
 router = APIRouter(include_in_schema=False)
 

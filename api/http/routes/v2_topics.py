@@ -12,7 +12,7 @@ from api.http import access
 from api.http.deps import BrokerDep
 from api.http.forwarding import proxy_to_leader
 from api.http.wire import TIMESTAMP_MS_MAX
-from storage_layout.catalog import TopicInfo
+from storage_layout.meta.catalog import TopicInfo
 
 router = APIRouter(tags=["v2 topics"])
 

@@ -19,7 +19,7 @@ from api.http.access import security_of
 from api.http.deps import BrokerDep, base_url
 from api.http.errors import ApiError
 from api.http.routes.v3_topics import check_cluster
-from storage_layout.acls import AclBinding, AclFilter
+from storage_layout.meta.acls import AclBinding, AclFilter
 
 router = APIRouter(prefix="/v3", tags=["v3 acls"])
 

@@ -16,7 +16,7 @@ from api.http.errors import ApiError
 from api.http.routes.v2_topics import leader_id
 from api.security.authorizer import CLUSTER_RESOURCE_NAME
 from conf.settings import Settings
-from storage_layout.catalog import TopicInfo
+from storage_layout.meta.catalog import TopicInfo
 
 router = APIRouter(prefix="/v3", tags=["v3 topics"])
 

@@ -31,7 +31,7 @@ from api.http import access
 from api.http.deps import BrokerDep
 from api.http.forwarding import served_by_coordinator
 from api.http.routes.v3_topics import check_cluster
-from storage_layout.transaction_state import PendingOffset
+from storage_layout.meta.transaction_state import PendingOffset
 
 router = APIRouter(prefix="/v3", tags=["v3 transactions (lakelog)"])
 

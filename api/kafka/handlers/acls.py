@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
 from api.security.authorizer import CLUSTER_RESOURCE_NAME, resource_matches
-from storage_layout.acls import AclBinding, AclFilter
+from storage_layout.meta.acls import AclBinding, AclFilter
 
 RESOURCE_TYPES = {2: "topic", 3: "group", 4: "cluster", 5: "transactional_id"}
 PATTERN_TYPES = {3: "literal", 4: "prefixed"}

@@ -11,8 +11,8 @@ from api.kafka.connection import Connection
 from api.kafka.errors import error_code
 from api.kafka.messages import milliseconds
 from api.security.authorizer import CLUSTER_RESOURCE_NAME
-from storage_layout.catalog import TopicInfo
 from storage_layout.errors import TopicExists, TopicNotFound
+from storage_layout.meta.catalog import TopicInfo
 
 NO_NODE = -1
 

@@ -14,7 +14,7 @@ from api.core.groups.group import JoinRequest, Subscription
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
 from api.kafka.messages import milliseconds
-from storage_layout.consumer_offsets import OffsetCommit
+from storage_layout.meta.consumer_offsets import OffsetCommit
 from storage_layout.records import TopicPartition
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1

@@ -13,8 +13,8 @@ from kio.schema.errors import ErrorCode
 
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code
+from storage_layout.meta.transaction_state import PendingOffset
 from storage_layout.records import TopicPartition
-from storage_layout.transaction_state import PendingOffset
 
 
 async def add_partitions_to_txn(connection: Connection, request, version: int) -> dict:

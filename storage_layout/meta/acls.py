@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import asdict, dataclass
 
 from storage_layout.errors import InvalidConfig
-from storage_layout.principals import PRINCIPAL_PATTERN, DocumentTable
+from storage_layout.meta.principals import PRINCIPAL_PATTERN, DocumentTable
 
 ACLS_TABLE = "acls"
 KIND_ACL = "acl"

@@ -19,10 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from deltalake import CommitProperties, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError
 
-from storage_layout import meta_tables, paths
+from storage_layout import paths
 from storage_layout.errors import (
     InvalidPartitions,
     PartitionNotFound,
@@ -31,6 +29,8 @@ from storage_layout.errors import (
     TopicNotFound,
 )
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.meta.table import MetaTable
+from storage_layout.meta.topic_defaults import read_topic_defaults
 from storage_layout.schema import TIMESTAMP_TYPE
 from storage_layout.store import open_store
 from storage_layout.topic_config import (
@@ -40,7 +40,6 @@ from storage_layout.topic_config import (
     resolved,
     validate_topic_name,
 )
-from storage_layout.topic_defaults import read_topic_defaults
 
 TOPICS_TABLE = "topics"
 PARTITIONS_MAX = 10_000
@@ -87,7 +86,7 @@ class TopicCatalog:
         self.root = paths.normalize_root(root)
         self._uri = paths.meta_table_uri(self.root, TOPICS_TABLE)
         self._lock = threading.Lock()
-        self._dt = meta_tables.open_or_create(self._uri, CATALOG_SCHEMA)
+        self._table = MetaTable(self._uri, CATALOG_SCHEMA)
         self._cached_version = -1
         self._cached: dict[str, TopicInfo] = {}
 
@@ -119,14 +118,11 @@ class TopicCatalog:
 
     def _latest(self) -> dict[str, TopicInfo]:
         """The latest row per topic; re-read only when the catalog has a new version."""
-        try:
-            self._dt.update_incremental()
-            if self._dt.version() == self._cached_version:
-                return self._cached
-            version = self._dt.version()
-            rows = self._dt.to_pyarrow_table().to_pylist()
-        except (OSError, DeltaError) as error:
-            raise StorageUnavailable(f"Cannot read the topic catalog: {error}") from error
+        self._table.refresh()
+        if self._table.version == self._cached_version:
+            return self._cached
+        version = self._table.version
+        rows = self._table.read().to_pylist()
         self._cached, self._cached_version = _latest_rows(rows), version
         return self._cached
 
@@ -220,18 +216,9 @@ class TopicCatalog:
             DeltaPartitionLog.create(paths.partition_table_uri(self.root, name, partition))
 
     def _commit(self, topic: TopicInfo, *, on_conflict: Exception) -> None:
-        properties = CommitProperties(
-            app_transactions=[Transaction(f"topic/{topic.name}", topic.version)]
-        )
-        try:
-            write_deltalake(
-                self._dt, _topic_to_row(topic), mode="append", commit_properties=properties
-            )
-        except CommitFailedError as error:
-            raise on_conflict from error
-        except (OSError, DeltaError) as error:
-            raise StorageUnavailable(f"Cannot write the topic catalog: {error}") from error
-        meta_tables.maybe_bin_pack(self._dt)
+        transaction = (f"topic/{topic.name}", topic.version)
+        if not self._table.append(_topic_to_row(topic), [transaction]):
+            raise on_conflict
 
 
 def check_partition_count(partitions: int) -> None:

@@ -18,11 +18,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError
 
-from storage_layout import meta_tables, paths
+from storage_layout import paths
 from storage_layout.errors import StorageUnavailable
+from storage_layout.meta.table import MetaTable
 from storage_layout.producer_state import EPOCH_MAX
 from storage_layout.schema import TIMESTAMP_TYPE
 
@@ -55,7 +54,7 @@ class ProducerIdAllocator:
     def __init__(self, root: str) -> None:
         self._uri = paths.meta_table_uri(paths.normalize_root(root), PRODUCERS_TABLE)
         self._lock = threading.Lock()
-        self._dt = meta_tables.open_or_create(self._uri, PRODUCERS_SCHEMA)
+        self._table = MetaTable(self._uri, PRODUCERS_SCHEMA)
 
     def init_producer(
         self, transactional_id: str | None = None, client_id: str | None = None
@@ -68,55 +67,34 @@ class ProducerIdAllocator:
         """
         with self._lock:
             for _ in range(ALLOCATE_ATTEMPTS_MAX):
-                try:
-                    return self._try_init(transactional_id, client_id)
-                except CommitFailedError:
-                    self._refresh()  # another node won this round: decide again
+                identity = self._try_init(transactional_id, client_id)
+                if identity is not None:
+                    return identity
+                # another node won this round: decide again on the refreshed table
         raise StorageUnavailable(f"Could not allocate a producer id in {self._uri}: contention.")
 
-    def _try_init(self, transactional_id: str | None, client_id: str | None) -> ProducerIdentity:
-        self._refresh()
+    def _try_init(
+        self, transactional_id: str | None, client_id: str | None
+    ) -> ProducerIdentity | None:
+        self._table.refresh()
         previous = self._latest(transactional_id) if transactional_id else None
         if previous is not None and previous.producer_epoch < EPOCH_MAX:
             identity = ProducerIdentity(previous.producer_id, previous.producer_epoch + 1)
             transactions = []
         else:
-            last_id = self._dt.transaction_version(ID_APP_ID)
+            last_id = self._table.transaction_version(ID_APP_ID)
             identity = ProducerIdentity(0 if last_id is None else last_id + 1, 0)
-            transactions = [Transaction(ID_APP_ID, identity.producer_id)]
+            transactions = [(ID_APP_ID, identity.producer_id)]
         if transactional_id:
-            generation = self._dt.transaction_version(_transactional_app_id(transactional_id))
+            generation = self._table.transaction_version(_transactional_app_id(transactional_id))
             version = 1 if generation is None else generation + 1
-            transactions.append(Transaction(_transactional_app_id(transactional_id), version))
+            transactions.append((_transactional_app_id(transactional_id), version))
         row = _row(identity, transactional_id, client_id)
-        try:
-            write_deltalake(
-                self._dt,
-                row,
-                mode="append",
-                commit_properties=CommitProperties(app_transactions=transactions),
-            )
-        except CommitFailedError:
-            raise
-        except (OSError, DeltaError) as error:
-            raise StorageUnavailable(f"Cannot write {self._uri}: {error}") from error
-        meta_tables.maybe_bin_pack(self._dt)
-        return identity
-
-    def _refresh(self) -> None:
-        try:
-            self._dt.update_incremental()
-        except (OSError, DeltaError) as error:
-            raise StorageUnavailable(f"Cannot read {self._uri}: {error}") from error
+        return identity if self._table.append(row, transactions) else None
 
     def _latest(self, transactional_id: str) -> ProducerIdentity | None:
         """The transactional id's newest (producer_id, epoch): ids only grow, so the maximum."""
-        try:
-            table = self._dt.to_pyarrow_table(
-                columns=["producer_id", "producer_epoch", "transactional_id"]
-            )
-        except (OSError, DeltaError) as error:
-            raise StorageUnavailable(f"Cannot read {self._uri}: {error}") from error
+        table = self._table.read(["producer_id", "producer_epoch", "transactional_id"])
         rows = table.filter(pc.equal(table.column("transactional_id"), transactional_id))
         if rows.num_rows == 0:
             return None

@@ -17,27 +17,21 @@ Processes and nodes are serialized by the txn compare-and-sets.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError
-from deltalake.transaction import AddAction, RemoveAction
 
-from storage_layout import meta_tables, paths
+from storage_layout import paths
 from storage_layout.errors import LeadershipConflict, StorageError, StorageUnavailable
-from storage_layout.log import Leadership
-from storage_layout.meta_tables import META_FILES_MAX
-from storage_layout.protocol_check import check_protocol
+from storage_layout.log import leadership
+from storage_layout.log.leadership import Leadership, Outcome
+from storage_layout.meta.table import META_FILES_MAX, MetaFile, MetaTable
 from storage_layout.records import TopicPartition
-from storage_layout.schema import NODE_IDS, TIMESTAMP_TYPE
-from storage_layout.store import delta_storage_options, open_store, read_parquet, write_parquet
+from storage_layout.schema import TIMESTAMP_TYPE
 
 CONSUMER_OFFSETS_TABLE = "consumer_offsets"
 # Kafka's generation for commits made outside a group generation (admin resets, simple
@@ -74,7 +68,6 @@ _OFFSET_COLUMNS = ("topic", "partition", "offset", "metadata", "generation", "me
 # A row with this offset deletes the partition's committed offset (Kafka's OffsetDelete and
 # DeleteGroups): the latest row wins, as for any commit (FORMAT.md §11).
 DELETED_OFFSET = -1
-_STATS_COLUMNS = ("group_id", "topic", "partition", "offset", "generation", "commit_sequence")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,35 +108,19 @@ class CommittedOffset:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredFile:
-    """One data file of the table, with its `group_id` bounds when its statistics have them."""
-
-    path: str
-    size_bytes: int
-    min_group_id: str | None
-    max_group_id: str | None
-
-    def may_hold(self, group_id: str) -> bool:
-        if self.min_group_id is None or self.max_group_id is None:
-            return True
-        return self.min_group_id <= group_id <= self.max_group_id
-
-
-@dataclass(frozen=True, slots=True)
 class LatestRowsPlan:
     """A latest-rows rewrite decided on one snapshot: the files it read and the latest rows
     they hold.
 
-    The commit is built on `_table` (that snapshot), so its txn conflicts with any rewrite
-    committed since.
+    Its commit carries the LATEST_ROWS_APP_ID txn at `rewrite_version`, so it fails when
+    another rewrite committed since (or removed one of `files`).
     """
 
     table_version: int
     rewrite_version: int  # the LATEST_ROWS_APP_ID txn this rewrite commits
-    files: tuple[StoredFile, ...]
+    files: tuple[MetaFile, ...]
     rows: pa.Table  # the latest row of each (group_id, topic, partition) in `files`
     rows_dropped: int
-    _table: DeltaTable = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,13 +137,11 @@ class ConsumerOffsets:
 
     def __init__(self, root: str) -> None:
         self._uri = paths.meta_table_uri(paths.normalize_root(root), CONSUMER_OFFSETS_TABLE)
-        self._store = open_store(self._uri)
-        self._lock = threading.Lock()  # guards _dt and _sequences
+        self._lock = threading.Lock()  # guards _table and _sequences
         self._rewriting = threading.Lock()  # at most one rewrite from this object at once
-        self._dt = meta_tables.open_or_create(
-            self._uri, CONSUMER_OFFSETS_SCHEMA, TABLE_CONFIGURATION
+        self._table = MetaTable(
+            self._uri, CONSUMER_OFFSETS_SCHEMA, TABLE_CONFIGURATION, bin_pack=False
         )
-        check_protocol(self._dt.protocol(), self._uri)
         self._sequences: dict[str, _SequenceCursor] = {}
 
     # ---- coordinators ------------------------------------------------------------------------
@@ -179,43 +154,20 @@ class ConsumerOffsets:
 
     def take_group(self, group_id: str, node_id: int, *, expected: Leadership | None) -> Leadership:
         """Name `node_id` coordinator of the group with the next epoch, if it is still
-        `expected`: a txn-only commit, a compare-and-set like partition leadership, so of two
-        nodes taking a group at once exactly one wins. The caller then holds the result and
-        passes it to `commit`; naming another node hands the group over.
+        `expected`: a txn-only commit, the compare-and-set of partition leadership
+        (leadership.take), so of two nodes taking a group at once exactly one wins. The
+        caller then holds the result and passes it to `commit`; naming another node hands
+        the group over.
 
         Raises:
             LeadershipConflict: the coordinator is no longer `expected`, or another change won.
             StorageUnavailable: the table could not be read or written.
         """
-        if not 0 <= node_id < NODE_IDS:
-            raise ValueError(f"node ids are 0..{NODE_IDS - 1}, got {node_id}")
         with self._lock:
-            self._refresh()
-            current = self._coordinator(group_id)
-            if current != expected:
-                raise LeadershipConflict(
-                    f"Group '{group_id}' is coordinated by {current}, not {expected}; not taken."
-                )
-            new = Leadership(0 if current is None else current.epoch + 1, node_id)
-            transaction = Transaction(_app_id(group_id), new.version)
-            try:
-                self._dt.create_write_transaction(
-                    [],
-                    mode="append",
-                    schema=CONSUMER_OFFSETS_SCHEMA,
-                    commit_properties=CommitProperties(app_transactions=[transaction]),
-                )
-            except CommitFailedError as error:
-                raise LeadershipConflict(
-                    f"Group '{group_id}': another node changed its coordinator first."
-                ) from error
-            except (OSError, DeltaError) as error:
-                raise StorageUnavailable(f"Cannot write {self._uri}: {error}") from error
-            self._refresh()  # create_write_transaction leaves _dt at the old version
-        return new
+            return leadership.take(_GroupElection(self, group_id), node_id, expected=expected)
 
     def _coordinator(self, group_id: str) -> Leadership | None:
-        return Leadership.from_version(self._dt.transaction_version(_app_id(group_id)))
+        return Leadership.from_version(self._table.transaction_version(_app_id(group_id)))
 
     # ---- commits -----------------------------------------------------------------------------
 
@@ -275,7 +227,7 @@ class ConsumerOffsets:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         with self._lock:
             results = self._commit_locked(entries, now_ms)
-            files_count = len(self._dt.file_uris())
+            files_count = len(self._table.state.adds)
         if files_count > META_FILES_MAX and not self._rewriting.locked():
             # In the background: a rewrite took 50-160 ms, the p99 of the commits that ran
             # it inline. It is safe next to commits (see `keep_latest`).
@@ -325,7 +277,7 @@ class ConsumerOffsets:
             _rows(e.group_id, e.commits, e.generation, e.member_id, now_ms, sequences[e.group_id])
             for e in entries
         )
-        transactions = [Transaction(_app_id(e.group_id), e.held.version) for e in entries]
+        transactions = [(_app_id(e.group_id), e.held.version) for e in entries]
         outcome = self._try_append(rows, transactions)
         if outcome == _COMMITTED:
             for entry in entries:
@@ -352,26 +304,18 @@ class ConsumerOffsets:
         last = pc.max(stored.column("commit_sequence")).as_py()
         return 0 if last is None else last + 1
 
-    def _try_append(self, rows: pa.Table, transactions: list[Transaction]) -> str:
-        """Append `rows` with the groups' txns: _COMMITTED; _RACE when a commit that carries
-        none of them won (nothing written: re-read and try again); _TXN_CONFLICT when a
-        commit carrying one of the groups' app ids landed after our snapshot (a takeover,
-        decided here and not by a re-read, so a node paused across it fails whatever its
-        view of the table)."""
+    def _try_append(self, rows: pa.Table, transactions: list[tuple[str, int]]) -> str:
+        """Append `rows` with the groups' txns: _COMMITTED, or _TXN_CONFLICT when a commit
+        carrying one of the groups' app ids landed after our state (a takeover, decided here
+        and not by a re-read, so a node paused across it fails whatever its view of the
+        table). Commits carrying none of them are stepped over (MetaTable.append)."""
         try:
-            write_deltalake(
-                self._dt,
-                rows,
-                mode="append",
-                commit_properties=CommitProperties(app_transactions=transactions),
-            )
-        except CommitFailedError as error:
-            return _TXN_CONFLICT if _is_txn_conflict(error) else _RACE
-        except (OSError, DeltaError) as error:
-            for transaction in transactions:
-                self._sequences.pop(transaction.app_id.removeprefix("group:"), None)
-            raise StorageUnavailable(f"Cannot write {self._uri}: {error}") from error
-        return _COMMITTED
+            committed = self._table.append(rows, transactions)
+        except StorageError:
+            for app_id, _ in transactions:
+                self._sequences.pop(app_id.removeprefix("group:"), None)
+            raise
+        return _COMMITTED if committed else _TXN_CONFLICT
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -412,39 +356,22 @@ class ConsumerOffsets:
         live = rows.filter(pc.not_equal(rows.column("offset"), DELETED_OFFSET))
         return sorted(pc.unique(live.column("group_id")).to_pylist())
 
-    def _read_group(
-        self, files: Sequence[StoredFile], group_id: str, columns: list[str]
-    ) -> pa.Table:
-        candidates = [f for f in files if f.may_hold(group_id)]
+    def _read_group(self, files: Sequence[MetaFile], group_id: str, columns: list[str]) -> pa.Table:
+        candidates = [f for f in files if f.may_hold("group_id", group_id)]
         table = self._read_files(candidates, ["group_id", *columns])
         return table.filter(pc.equal(table.column("group_id"), group_id)).select(columns)
 
-    def _read_files(self, files: Sequence[StoredFile], columns: list[str]) -> pa.Table:
-        """The given columns of `files`, read as plain Parquet (the protocol check rules out
-        deletion vectors and column mapping). Removed files stay on disk until a vacuum, so
-        reading a slightly old file list is safe."""
-        schema = pa.schema([CONSUMER_OFFSETS_SCHEMA.field(name) for name in columns])
-        tables = [schema.empty_table()]
-        for stored in files:
-            try:
-                tables.append(read_parquet(self._store, stored.path, columns).cast(schema))
-            except OSError as error:
-                raise StorageUnavailable(
-                    f"Cannot read {self._uri}/{stored.path}: {error}"
-                ) from error
-        return pa.concat_tables(tables)
+    def _read_files(self, files: Sequence[MetaFile], columns: list[str]) -> pa.Table:
+        """The given columns of `files` (safe outside the lock: MetaTable.read)."""
+        return self._table.read(columns, files)
 
-    def _stored_files(self) -> list[StoredFile]:
-        """The live files of the loaded snapshot (call with the lock held)."""
-        return _files_of(self._dt)
+    def _stored_files(self) -> list[MetaFile]:
+        """The live files of the state read (call with the lock held)."""
+        return self._table.files()
 
     def _refresh(self) -> None:
         """Catch up with the latest table version (call with the lock held)."""
-        try:
-            self._dt.update_incremental()
-        except (OSError, DeltaError) as error:
-            raise StorageUnavailable(f"Cannot read {self._uri}: {error}") from error
-        check_protocol(self._dt.protocol(), self._uri)
+        self._table.refresh()
 
     # ---- keeping the latest rows ---------------------------------------------------------
 
@@ -465,60 +392,47 @@ class ConsumerOffsets:
         return 0 if plan is None else self.commit_keep_latest(plan)
 
     def plan_keep_latest(self) -> LatestRowsPlan | None:
-        """Read the latest snapshot and choose the rows to keep; None when it has fewer than
-        two files (a single file holds no superseded row: a commit writes each partition once
-        and a rewrite outputs only latest rows)."""
-        try:
-            table = DeltaTable(
-                self._uri, storage_options=delta_storage_options()
-            )  # its own snapshot: the commit is built on it
-        except (OSError, DeltaError) as error:
-            raise StorageUnavailable(f"Cannot read {self._uri}: {error}") from error
-        check_protocol(table.protocol(), self._uri)
-        files = _files_of(table)
+        """Read the latest state and choose the rows to keep; None when it has fewer than two
+        files (a single file holds no superseded row: a commit writes each partition once and
+        a rewrite outputs only latest rows). The files are read outside the lock."""
+        with self._lock:
+            self._refresh()
+            files = self._stored_files()
+            version = self._table.version
+            previous = self._table.transaction_version(LATEST_ROWS_APP_ID)
         if len(files) < 2:
             return None
         rows = self._read_files(files, CONSUMER_OFFSETS_SCHEMA.names)
         latest = _latest_rows(rows, ("group_id", "topic", "partition"))
-        previous = table.transaction_version(LATEST_ROWS_APP_ID)
         return LatestRowsPlan(
-            table_version=table.version(),
+            table_version=version,
             rewrite_version=0 if previous is None else previous + 1,
             files=tuple(files),
             rows=latest,
             rows_dropped=rows.num_rows - latest.num_rows,
-            _table=table,
         )
 
     def commit_keep_latest(self, plan: LatestRowsPlan) -> int:
-        """Write the plan's rows as one file and commit remove(its files) + add(that file),
-        dataChange=false (it changes no committed offset: streaming readers of the table see
-        each commit once and never a rewrite).
+        """Commit the plan: one file of its rows replaces its files, dataChange=false (it
+        changes no committed offset: streaming readers of the table see each commit once and
+        never a rewrite), with the LATEST_ROWS_APP_ID txn.
 
         Returns:
-            plan.rows_dropped, or 0 when the commit conflicted (the new file is deleted).
+            plan.rows_dropped, or 0 when another rewrite came first (nothing committed).
 
         Raises:
             StorageUnavailable: the file or the commit could not be written.
         """
-        add = self._write_file(plan.rows)
-        now_ms = int(time.time() * 1000)
-        removes = [RemoveAction(f.path, False, now_ms, f.size_bytes) for f in plan.files]
-        transaction = Transaction(LATEST_ROWS_APP_ID, plan.rewrite_version)
-        try:
-            plan._table.create_write_transaction(
-                [*removes, add],
-                mode="append",
-                schema=CONSUMER_OFFSETS_SCHEMA,
-                commit_properties=CommitProperties(app_transactions=[transaction]),
-            )
-        except CommitFailedError:
-            self._delete_file(add.path)
-            return 0
-        except (OSError, DeltaError) as error:
-            self._delete_file(add.path)
-            raise StorageUnavailable(f"Cannot write {self._uri}: {error}") from error
-        return plan.rows_dropped
+        transaction = (LATEST_ROWS_APP_ID, plan.rewrite_version)
+        with self._lock:
+            self._refresh()
+            previous = self._table.transaction_version(LATEST_ROWS_APP_ID)
+            if (previous is None and plan.rewrite_version) or (
+                previous is not None and previous != plan.rewrite_version - 1
+            ):
+                return 0  # another rewrite committed since the plan
+            committed = self._table.replace(plan.files, plan.rows, [transaction])
+        return plan.rows_dropped if committed else 0
 
     def _maybe_keep_latest(self) -> None:
         """Keep the latest rows after a commit, unless this object is rewriting already. A
@@ -532,48 +446,15 @@ class ConsumerOffsets:
         finally:
             self._rewriting.release()
 
-    def _write_file(self, rows: pa.Table) -> AddAction:
-        relative = f"part-{uuid.uuid4().hex}.zstd.parquet"
-        try:
-            size = write_parquet(self._store, relative, rows)
-        except OSError as error:
-            raise StorageUnavailable(f"Cannot write {self._uri}/{relative}: {error}") from error
-        return AddAction(relative, size, {}, int(time.time() * 1000), False, _file_stats(rows))
-
-    def _delete_file(self, relative: str) -> None:
-        try:
-            self._store.delete(relative)
-        except OSError:
-            pass  # an orphan: never referenced by the log, so a vacuum removes it
-
 
 # ---- helpers (pure) --------------------------------------------------------------------------
 
 
-_COMMITTED, _RACE, _TXN_CONFLICT = "committed", "race", "txn-conflict"
+_COMMITTED, _TXN_CONFLICT = "committed", "txn-conflict"
 
 
 def _app_id(group_id: str) -> str:
     return f"group:{group_id}"
-
-
-def _is_txn_conflict(error: CommitFailedError) -> bool:
-    """delta-rs's message when a commit after our snapshot wrote one of our txn app ids."""
-    return "Concurrent transaction" in str(error)
-
-
-def _files_of(table: DeltaTable) -> list[StoredFile]:
-    """The live files of `table`'s loaded snapshot, with their group_id statistics."""
-    actions = pa.table(table.get_add_actions(flatten=True)).to_pydict()
-    count = len(actions["path"])
-    mins = actions.get("min.group_id", [None] * count)
-    maxes = actions.get("max.group_id", [None] * count)
-    return [
-        StoredFile(path, size, low, high)
-        for path, size, low, high in zip(
-            actions["path"], actions["size_bytes"], mins, maxes, strict=True
-        )
-    ]
 
 
 def _check_commits(commits: Sequence[OffsetCommit]) -> None:
@@ -631,13 +512,19 @@ def _latest_rows(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     return ordered.filter(first)
 
 
-def _file_stats(rows: pa.Table) -> str:
-    """Delta statistics of a rewrite's output: exact bounds of the key columns, so readers
-    of one group skip files that cannot hold it."""
-    stats: dict = {"numRecords": rows.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
-    for name in _STATS_COLUMNS:
-        bounds = pc.min_max(rows.column(name))
-        stats["minValues"][name] = bounds["min"].as_py()
-        stats["maxValues"][name] = bounds["max"].as_py()
-        stats["nullCount"][name] = 0
-    return json.dumps(stats, separators=(",", ":"))
+class _GroupElection:
+    """A group's coordinator as leadership.take sees it: txn `group:<id>` of the table."""
+
+    def __init__(self, offsets: ConsumerOffsets, group_id: str) -> None:
+        self.name = f"Group '{group_id}'"
+        self._offsets = offsets
+        self._group_id = group_id
+
+    def current(self, *, fresh: bool) -> Leadership | None:
+        self._offsets._refresh()  # a few small reads: the group's txn may be anywhere
+        return self._offsets._coordinator(self._group_id)
+
+    def commit_txn(self, new: Leadership) -> Outcome:
+        transaction = (_app_id(self._group_id), new.version)
+        committed = self._offsets._table.append(None, [transaction])
+        return Outcome.COMMITTED if committed else Outcome.LOST

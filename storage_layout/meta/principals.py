@@ -34,11 +34,10 @@ import time
 from dataclasses import dataclass
 
 import pyarrow as pa
-from deltalake import CommitProperties, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError
 
-from storage_layout import meta_tables, paths
+from storage_layout import paths
 from storage_layout.errors import InvalidConfig, StorageUnavailable
+from storage_layout.meta.table import MetaTable
 from storage_layout.schema import TIMESTAMP_TYPE
 
 PRINCIPALS_TABLE = "principals"
@@ -75,7 +74,7 @@ class DocumentTable:
     def __init__(self, root: str, table: str) -> None:
         self._uri = paths.meta_table_uri(paths.normalize_root(root), table)
         self._lock = threading.Lock()
-        self._dt = meta_tables.open_or_create(self._uri, DOCUMENTS_SCHEMA)
+        self._table = MetaTable(self._uri, DOCUMENTS_SCHEMA)
         self._loaded_version = -1
         self._current: dict[tuple[str, str], dict] = {}
 
@@ -106,17 +105,15 @@ class DocumentTable:
                 exists = (kind, name) in self._current
                 if (create_only and exists) or (document is None and not exists):
                     return False
-                try:
-                    self._write(kind, name, document)
-                except CommitFailedError:
+                if not self._write(kind, name, document):
                     continue  # another writer changed this key first: decide again
                 self._refresh()
                 return True
         raise StorageUnavailable(f"Could not write {self._uri}: contention.")
 
-    def _write(self, kind: str, name: str, document: dict | None) -> None:
+    def _write(self, kind: str, name: str, document: dict | None) -> bool:
         app_id = f"{kind}/{name}"
-        version = (self._dt.transaction_version(app_id) or 0) + 1
+        version = (self._table.transaction_version(app_id) or 0) + 1
         row = pa.table(
             {
                 "kind": [kind],
@@ -127,27 +124,13 @@ class DocumentTable:
             },
             schema=DOCUMENTS_SCHEMA,
         )
-        try:
-            write_deltalake(
-                self._dt,
-                row,
-                mode="append",
-                commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
-            )
-        except CommitFailedError:
-            raise
-        except (OSError, DeltaError) as error:
-            raise StorageUnavailable(f"Cannot write {self._uri}: {error}") from error
-        meta_tables.maybe_bin_pack(self._dt)
+        return self._table.append(row, [(app_id, version)])
 
     def _refresh(self) -> bool:
-        try:
-            self._dt.update_incremental()
-            if self._dt.version() == self._loaded_version:
-                return False
-            table = self._dt.to_pyarrow_table()
-        except (OSError, DeltaError) as error:
-            raise StorageUnavailable(f"Cannot read {self._uri}: {error}") from error
+        self._table.refresh()
+        if self._table.version == self._loaded_version:
+            return False
+        table = self._table.read()
         newest: dict[tuple[str, str], tuple[int, str | None]] = {}
         for kind, name, version, document in zip(
             *(table.column(c).to_pylist() for c in ("kind", "name", "version", "document")),
@@ -160,7 +143,7 @@ class DocumentTable:
             for key, (_, document) in newest.items()
             if document is not None
         }
-        self._loaded_version = self._dt.version()
+        self._loaded_version = self._table.version
         return True
 
 

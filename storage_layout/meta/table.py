@@ -1,0 +1,346 @@
+"""One small `_meta` Delta table, committed like a partition table: each commit is the next
+`_delta_log/<version>.json` created put-if-absent through the root's `Store` (FORMAT.md §13),
+read by replaying the log (storage_layout/log/replay.py), checkpointed from memory.
+
+A commit carries `txn` actions as compare-and-sets, with the rule delta-rs's conflict checker
+applies (so tables written by either read and behave the same): a commit that finds its
+version taken steps over the winner when the winner leaves the files it removes in place and
+carries none of its txn app ids, and fails otherwise (the caller decides again on the state
+the failure leaves). One file per change would make each full read slower, so past
+META_FILES_MAX files the table is bin-packed (a rewrite, dataChange=false, that no change
+conflicts with).
+
+Not thread-safe: each owner (catalog, producer ids, documents, consumer offsets) holds its
+own lock around a decision and its commit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage_layout.errors import PartitionTableMissing, StorageUnavailable
+from storage_layout.log import housekeeping, log_commit
+from storage_layout.log.housekeeping import Housekeeper
+from storage_layout.log.reader import TableReader
+from storage_layout.log.replay import TableState, file_path
+from storage_layout.log.tables import create_delta_table
+from storage_layout.store import StoreError, open_store, read_parquet, write_parquet
+
+# Past this many live files a change is followed by a bin-pack into one file.
+META_FILES_MAX = 32
+# Commits stepped over before a commit gives up (each is another node's change that took the
+# version this one wanted); the caller retries then.
+STEPS_MAX = 1_000
+# delta-rs's default `delta.logRetentionDuration` (30 days): the time travel a `_meta` table
+# without the property keeps.
+DEFAULT_LOG_RETENTION_MS = 30 * 24 * 3600 * 1000
+_INTERVAL = re.compile(r"interval\s+(\d+)\s+(second|minute|hour|day|week)s?", re.IGNORECASE)
+_UNIT_MS = {"second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
+_UNIT_MS["week"] = 7 * _UNIT_MS["day"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetaFile:
+    """One live data file, with the statistics its add action carries (None: unknown)."""
+
+    path: str
+    size_bytes: int
+    min_values: Mapping[str, Any]
+    max_values: Mapping[str, Any]
+
+    def may_hold(self, column: str, value: Any) -> bool:
+        """Whether the file's statistics allow a row with `column` == `value`."""
+        low, high = self.min_values.get(column), self.max_values.get(column)
+        return low is None or high is None or low <= value <= high
+
+
+class MetaTable:
+    """The `_meta` table at `uri`, created empty with `schema` when absent."""
+
+    def __init__(
+        self,
+        uri: str,
+        schema: pa.Schema,
+        configuration: Mapping[str, str] | None = None,
+        *,
+        bin_pack: bool = True,
+    ) -> None:
+        self.uri = uri
+        self.schema = schema
+        # False where the owner keeps the table small its own way (consumer offsets keep the
+        # latest rows only, off the commit path).
+        self._bin_pack = bin_pack
+        self._store = open_store(uri)
+        self._reader = _open_or_create(uri, schema, dict(configuration or {}))
+        self._housekeeper = Housekeeper(uri, self._store, self._reader.log)
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> TableState:
+        return self._reader.state
+
+    @property
+    def version(self) -> int:
+        return self._reader.state.version
+
+    def refresh(self) -> bool:
+        """Follow the commits made since; True if there were any."""
+        before = self.version
+        try:
+            self._reader.refresh()
+        except StoreError as error:
+            raise StorageUnavailable(f"Cannot read {self.uri}: {error}") from error
+        return self.version != before
+
+    def transaction_version(self, app_id: str) -> int | None:
+        return self._reader.state.transactions.get(app_id)
+
+    def files(self) -> list[MetaFile]:
+        """The live data files of the state read (refresh first for the latest)."""
+        return [_meta_file(add) for add in self._reader.state.adds.values()]
+
+    def read(
+        self, columns: Sequence[str] | None = None, files: Iterable[MetaFile] | None = None
+    ) -> pa.Table:
+        """`columns` (default: all) of `files` (default: every live file), as plain Parquet:
+        the protocol allow-list rules out deletion vectors and column mapping. Removed files
+        stay until a vacuum, so reading a slightly old file list is safe."""
+        names = list(self.schema.names if columns is None else columns)
+        schema = pa.schema([self.schema.field(name) for name in names])
+        tables = [schema.empty_table()]
+        for meta_file in self.files() if files is None else files:
+            try:
+                tables.append(read_parquet(self._store, meta_file.path, names).cast(schema))
+            except OSError as error:
+                where = f"{self.uri}/{meta_file.path}"
+                raise StorageUnavailable(f"Cannot read {where}: {error}") from error
+        return pa.concat_tables(tables)
+
+    # ---- commits -----------------------------------------------------------------------------
+
+    def append(self, rows: pa.Table | None, transactions: Sequence[tuple[str, int]]) -> bool:
+        """Commit `rows` (None: none, a txn-only change) with `transactions` on top of the
+        state read. False, with nothing committed, when a commit after that state carried one
+        of their app ids: the state is refreshed for the caller to decide again.
+
+        Raises:
+            StorageUnavailable: the store could not be written or read.
+        """
+        written = None if rows is None else self.write_file(rows, data_change=True)
+        committed = self._commit([] if written is None else [written], [], transactions, "WRITE")
+        if committed and self._bin_pack:
+            self._maybe_bin_pack()
+        return committed
+
+    def replace(
+        self,
+        removes: Sequence[MetaFile],
+        rows: pa.Table,
+        transactions: Sequence[tuple[str, int]] = (),
+    ) -> bool:
+        """Replace the files `removes` by one file of `rows` without changing the table's
+        contents (dataChange=false: streaming readers never see it); False, with nothing
+        committed, when one of `removes` is gone or a commit carried one of the txns."""
+        live = self._reader.state.adds
+        if any(meta_file.path not in live for meta_file in removes):
+            return False
+        add = self.write_file(rows, data_change=False)
+        now_ms = _now_ms()
+        remove_actions = [_remove(meta_file, now_ms) for meta_file in removes]
+        if self._commit([add], remove_actions, transactions, "OPTIMIZE"):
+            return True
+        self._delete(add["path"])
+        return False
+
+    def write_file(self, rows: pa.Table, *, data_change: bool) -> dict[str, Any]:
+        """Write `rows` as a new data file; its add action (with statistics)."""
+        path = f"part-{uuid.uuid4().hex}.zstd.parquet"
+        rows = rows.cast(self.schema)
+        try:
+            size = write_parquet(self._store, path, rows)
+        except OSError as error:
+            raise StorageUnavailable(f"Cannot write {self.uri}/{path}: {error}") from error
+        return {
+            "path": path,
+            "partitionValues": {},
+            "size": size,
+            "modificationTime": _now_ms(),
+            "dataChange": data_change,
+            "stats": file_stats(rows),
+        }
+
+    def _commit(self, adds, removes, transactions, operation: str) -> bool:
+        now_ms = _now_ms()
+        actions = _actions(adds, removes, transactions, operation, now_ms)
+        payload = log_commit.ndjson(actions)
+        removed = {file_path(r) for r in removes}
+        app_ids = [app_id for app_id, _ in transactions]
+        version = self.version + 1
+        for _ in range(STEPS_MAX):
+            started = time.monotonic()
+            if self._put(version, payload):
+                return self._committed(version, actions, started)
+            winner = self._read_commit(version)
+            if winner is None or not log_commit.keeps_files(winner, removed, app_ids):
+                self.refresh()
+                self._delete_unless_live(adds)
+                return False
+            self._reader.state = self._reader.state.applied(version, winner)
+            version += 1
+        raise StorageUnavailable(f"Cannot commit to {self.uri}: other commits kept coming.")
+
+    def _committed(self, version: int, actions: list[dict], started: float) -> bool:
+        """Take our commit into the state; a commit made by a writer paused past the log
+        grace may sit below a checkpoint, where no reader looks: it counts only if a fresh
+        read shows it (as for partitions: LogCommitter.check_not_shadowed)."""
+        reader = self._reader
+        fresh = (started - reader.latest_known_at) * 1000 < housekeeping.LOG_GRACE_MS / 2
+        if not fresh and self._may_be_below_checkpoint(version):
+            self.refresh()
+            return _shows(reader.state, actions)
+        reader.state = reader.state.applied(version, actions)
+        reader.latest_known_at = started
+        self._housekeeper.checkpoint_state_if_due(reader.state, self._history_ms())
+        if self._housekeeper.written is not None:  # its tombstones need not stay in memory
+            reader.state = reader.state.checkpointed(*self._housekeeper.written)
+        return True
+
+    def _maybe_bin_pack(self) -> None:
+        """Rewrite every live file as one when there are more than META_FILES_MAX; a failure
+        only delays it to a later change."""
+        files = self.files()
+        if len(files) <= META_FILES_MAX:
+            return
+        try:
+            self.replace(files, self.read(files=files))
+        except StorageUnavailable:
+            pass
+
+    def _may_be_below_checkpoint(self, version: int) -> bool:
+        try:
+            return log_commit.last_checkpoint_version(self._reader.log) > version
+        except (OSError, ValueError, KeyError, TypeError):
+            return True
+
+    def _history_ms(self) -> int:
+        configured = self._reader.state.metadata.get("configuration") or {}
+        match = _INTERVAL.fullmatch(configured.get("delta.logRetentionDuration", "").strip())
+        if match is None:
+            return DEFAULT_LOG_RETENTION_MS
+        return int(match[1]) * _UNIT_MS[match[2].lower()]
+
+    def _put(self, version: int, payload: bytes) -> bool:
+        try:
+            return log_commit.put_if_absent(self._reader.log, version, payload)
+        except OSError as error:
+            raise StorageUnavailable(f"Cannot commit to {self.uri}: {error}") from error
+
+    def _read_commit(self, version: int) -> list[dict[str, Any]] | None:
+        try:
+            return log_commit.read_commit(self._reader.log, version)
+        except OSError as error:
+            raise StorageUnavailable(f"Cannot read {self.uri}: {error}") from error
+
+    def _delete_unless_live(self, adds: Sequence[dict[str, Any]]) -> None:
+        for add in adds:
+            if add["path"] not in self._reader.state.adds:
+                self._delete(add["path"])
+
+    def _delete(self, path: str) -> None:
+        try:
+            self._store.delete(path)
+        except OSError:
+            pass  # an orphan: never referenced by the log, so a vacuum removes it
+
+
+def file_stats(rows: pa.Table) -> str:
+    """Delta statistics of a file of `rows`: the record count, and the bounds and null
+    counts of its string and integer columns (readers of one key skip other files)."""
+    stats: dict[str, Any] = {
+        "numRecords": rows.num_rows,
+        "minValues": {},
+        "maxValues": {},
+        "nullCount": {},
+    }
+    for field in rows.schema:
+        if not (pa.types.is_string(field.type) or pa.types.is_integer(field.type)):
+            continue
+        column = rows.column(field.name)
+        stats["nullCount"][field.name] = column.null_count
+        if rows.num_rows > column.null_count:
+            bounds = pc.min_max(column)
+            stats["minValues"][field.name] = bounds["min"].as_py()
+            stats["maxValues"][field.name] = bounds["max"].as_py()
+    return json.dumps(stats, separators=(",", ":"))
+
+
+def _open_or_create(uri: str, schema: pa.Schema, configuration: dict[str, str]) -> TableReader:
+    """A reader of the table, created first when absent (of nodes creating it at once, one
+    commit 0 wins and the others read it)."""
+    try:
+        return TableReader.read(uri)
+    except PartitionTableMissing:
+        pass
+    create_delta_table(uri, schema, [], configuration)
+    return TableReader.read(uri)
+
+
+def _meta_file(add: Mapping[str, Any]) -> MetaFile:
+    try:
+        stats = json.loads(add.get("stats") or "{}")
+    except ValueError:
+        stats = {}
+    return MetaFile(
+        file_path(add),
+        int(add.get("size", 0)),
+        stats.get("minValues") or {},
+        stats.get("maxValues") or {},
+    )
+
+
+def _remove(meta_file: MetaFile, now_ms: int) -> dict[str, Any]:
+    return {
+        "path": meta_file.path,
+        "deletionTimestamp": now_ms,
+        "dataChange": False,
+        "extendedFileMetadata": True,
+        "partitionValues": {},
+        "size": meta_file.size_bytes,
+    }
+
+
+def _actions(adds, removes, transactions, operation: str, now_ms: int) -> list[dict[str, Any]]:
+    commit_info = {
+        "timestamp": now_ms,
+        "operation": operation,
+        "operationParameters": {"mode": "Append"} if operation == "WRITE" else {},
+        "engineInfo": log_commit.ENGINE_INFO,
+    }
+    actions: list[dict[str, Any]] = [{"commitInfo": commit_info}]
+    actions += [{"remove": r} for r in removes]
+    actions += [{"add": a} for a in adds]
+    actions += [{"txn": {"appId": app_id, "version": v}} for app_id, v in transactions]
+    return actions
+
+
+def _shows(state: TableState, actions: list[dict[str, Any]]) -> bool:
+    """Whether `state` holds the commit of `actions` (its files, or else its txns)."""
+    adds = [a["add"]["path"] for a in actions if "add" in a]
+    if adds:
+        return all(path in state.adds for path in adds)
+    txns = [a["txn"] for a in actions if "txn" in a]
+    return all(state.transactions.get(t["appId"]) == t["version"] for t in txns)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
