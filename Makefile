@@ -61,6 +61,8 @@ CHAOS_SEED ?= 1
 chaos: install
 	$(BIN)/python -m chaos run T1 --seed $(CHAOS_SEED) --ops 20000 --duration-s 300
 	$(BIN)/python -m chaos run T2 --seed $(CHAOS_SEED) --ops 5000 --duration-s 300
+	$(BIN)/python -m chaos run T2 --seed $(CHAOS_SEED) --ops 2000 --duration-s 200 --store s3
+	$(BIN)/python -m chaos run T2 --seed $(CHAOS_SEED) --ops 2000 --duration-s 200 --store azure
 	$(BIN)/python -m chaos run T2b --seed $(CHAOS_SEED) --ops 1000 --duration-s 120
 	$(BIN)/python -m chaos run T3 --seed $(CHAOS_SEED) --ops 5000 --duration-s 300
 	$(BIN)/python -m chaos run T3g --seed $(CHAOS_SEED) --ops 3000 --duration-s 300

@@ -23,6 +23,7 @@ from api.core import metrics, node_tls
 from api.core.broker import Broker
 from api.core.cluster import Cluster, ClusterSettings
 from api.core.groups.coordinator import GroupCoordinator
+from api.core.lag_history import LagHistory
 from api.core.leaders import Leaders
 from api.core.membership import Membership
 from api.core.peers import Peers, request_id_headers
@@ -34,7 +35,6 @@ from api.core.transaction_requests import TransactionRequests
 from api.core.transactions import TransactionCoordinator
 from api.core.writer import CommitLimits
 from api.http.app import HttpFrontEnd
-from api.http.lag_history import LagHistory
 from api.kafka.listener import KafkaListener
 from api.security.node_auth import signature_hook
 from api.security.state import SecurityState

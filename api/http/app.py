@@ -10,10 +10,10 @@ from contextlib import AbstractAsyncContextManager
 from fastapi import Depends, FastAPI
 
 from api.core.broker import Broker
+from api.core.lag_history import LagHistory
 from api.http.access import authorize
 from api.http.consumer_instances import ConsumerInstances
 from api.http.errors import install_error_handlers
-from api.http.lag_history import LagHistory
 from api.http.limits import BodyLimitMiddleware
 from api.http.request_middleware import RequestMiddleware
 from api.http.routes import (

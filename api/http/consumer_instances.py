@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from api.core import leader_reads
 from api.core.broker import Broker
 from api.core.groups.coordinator import GroupCoordinator
 from api.core.groups.dead_letters import (
@@ -271,7 +272,7 @@ class ConsumerInstances:
         async with instance.lock:
             await self._check_assigned(instance, partitions)
             for tp in partitions:
-                bounds = await remote_reads.bounds(self._broker, tp.topic, tp.partition)
+                bounds = await leader_reads.bounds(self._broker, tp.topic, tp.partition)
                 last = bounds.end_offset(instance.config.isolation)
                 instance.positions[tp] = last if end else bounds.log_start_offset
 
@@ -282,11 +283,11 @@ class ConsumerInstances:
         async with instance.lock:
             await self._check_assigned(instance, timestamps_ms)
             for tp, timestamp_ms in timestamps_ms.items():
-                offset = await remote_reads.offset_for_timestamp(
+                offset = await leader_reads.offset_for_timestamp(
                     self._broker, tp.topic, tp.partition, timestamp_ms
                 )
                 if offset is None:  # no record that late: the end, as Kafka's seek would
-                    bounds = await remote_reads.bounds(self._broker, tp.topic, tp.partition)
+                    bounds = await leader_reads.bounds(self._broker, tp.topic, tp.partition)
                     offset = bounds.end_offset(instance.config.isolation)
                 instance.positions[tp] = offset
 
@@ -423,7 +424,7 @@ class ConsumerInstances:
         """The committed offset, or auto.offset.reset; a committed offset outside the log is
         reset as Kafka does (below log_start: the reset policy decides)."""
         committed = (await self._coordinator.committed(instance.group_id)).get(tp)
-        bounds = await remote_reads.bounds(self._broker, tp.topic, tp.partition)
+        bounds = await leader_reads.bounds(self._broker, tp.topic, tp.partition)
         if committed is not None and (
             bounds.log_start_offset <= committed.offset <= bounds.high_watermark
         ):
@@ -509,7 +510,7 @@ class ConsumerInstances:
         except OffsetOutOfRange as error:
             start, end = error.log_start_offset, error.high_watermark
             if instance.config.isolation.needs_index:  # latest: the last stable offset
-                bounds = await remote_reads.bounds(self._broker, tp.topic, tp.partition)
+                bounds = await leader_reads.bounds(self._broker, tp.topic, tp.partition)
                 end = bounds.end_offset(instance.config.isolation)
             instance.positions[tp] = self._reset(instance, tp, start, end)
             return []

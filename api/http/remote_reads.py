@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from api.core import leader_reads
 from api.core.broker import Broker
 from api.core.errors import NotLeader
 from api.core.records import FetchRequest
@@ -13,7 +14,7 @@ from api.http.forwarding import NEXT_OFFSET_HEADER
 from api.http.wire import RECORD_MEDIA_TYPES, records_to_items
 from storage_layout.cluster.client import NodeAnswer
 from storage_layout.errors import OffsetOutOfRange
-from storage_layout.records import Isolation, PartitionBounds
+from storage_layout.records import Isolation
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,37 +61,10 @@ async def fetch_items(
         headers={"Accept": RECORD_MEDIA_TYPES[embedded]},
     )
     if answer.status == 416:
-        remote = await bounds(broker, topic, partition)
+        remote = await leader_reads.bounds(broker, topic, partition)
         raise OffsetOutOfRange(offset, remote.log_start_offset, remote.high_watermark)
     next_offset = answer.headers.get(NEXT_OFFSET_HEADER)
     return FetchedItems(_ok(answer, url), int(next_offset) if next_offset else None)
-
-
-async def bounds(broker: Broker, topic: str, partition: int) -> PartitionBounds:
-    """log_start_offset, high watermark and last stable offset from the partition's leader."""
-    url = await broker.partitions.remote_leader_url(topic, partition)
-    if url is None:
-        return await broker.partitions.bounds(topic, partition, stable=True)
-    path = f"/topics/{topic}/partitions/{partition}/offsets"
-    body = _ok(await broker.peers.read_from_leader(url, path), url)
-    return PartitionBounds(
-        body["beginning_offset"], body["end_offset"], body.get("last_stable_offset")
-    )
-
-
-async def offset_for_timestamp(
-    broker: Broker, topic: str, partition: int, timestamp_ms: int
-) -> int | None:
-    """The earliest offset whose timestamp is >= `timestamp_ms` (None: no such record)."""
-    url = await broker.partitions.remote_leader_url(topic, partition)
-    if url is None:
-        return await broker.partitions.offset_for_timestamp(topic, partition, timestamp_ms)
-    answer = await broker.peers.read_from_leader(
-        url,
-        f"/topics/{topic}/partitions/{partition}/offsets",
-        params={"timestamp": timestamp_ms},
-    )
-    return _ok(answer, url)["timestamp_offset"]
 
 
 def _ok(answer: NodeAnswer, url: str):

@@ -117,7 +117,7 @@ def acks_mode(acks: str) -> str:
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-INT32_MAX = 2**31 - 1  # partitions and sequences are Kafka int32s
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # partitions, sequences, generations: Kafka int32s
 # Timestamps are stored in microseconds (int64); ISO-8601 text cannot go past year 9999 either.
 TIMESTAMP_MS_MAX = 253_402_300_799_999
 

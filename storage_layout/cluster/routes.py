@@ -23,6 +23,10 @@ TRANSACTION_OFFSETS_PATH = PREFIX + "groups/{group}/transaction-offsets"
 # The groups a node coordinates (the cluster-wide group list asks every node).
 GROUPS_PATH = PREFIX + "groups"
 
+# A public read route a node asks of a partition's leader (bounds, offsets by timestamp): the
+# Confluent v2 offsets route, answered by any node, exact only on the leader.
+PARTITION_OFFSETS_PATH = "/topics/{topic}/partitions/{partition}/offsets"
+
 ALL_PATHS = (
     ("POST", APPEND_PATH),
     ("POST", MARKER_PATH),
@@ -46,3 +50,7 @@ def transaction_path(operation: str) -> str:
 
 def transaction_offsets_path(group: str) -> str:
     return TRANSACTION_OFFSETS_PATH.format(group=group)
+
+
+def partition_offsets_path(topic: str, partition: int) -> str:
+    return PARTITION_OFFSETS_PATH.format(topic=topic, partition=partition)

@@ -39,3 +39,57 @@ def test_every_api_module_is_in_a_layer():
         and not any(module == name or module.startswith(name + ".") for name in layered)
     ]
     assert outside == [], "add these modules to a layer in pyproject.toml"
+
+
+def _front_end_imports_from_storage() -> list[tuple[str, str, object]]:
+    """(front-end module, storage module, the object) for every name `api.http` and
+    `api.kafka` import from `storage_layout`."""
+    import ast
+    import importlib
+
+    found = []
+    for package in ("api/http", "api/kafka"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                    continue
+                if not node.module.startswith("storage_layout"):
+                    continue
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    where = str(path.relative_to(ROOT))
+                    obj = getattr(module, alias.name, None)
+                    if obj is None:  # a submodule (`from storage_layout.cluster import routes`)
+                        obj = importlib.import_module(f"{node.module}.{alias.name}")
+                    found.append((where, node.module, obj))
+    return found
+
+
+def test_front_ends_take_only_storage_values_not_storage_behaviour():
+    """The front-ends speak storage's vocabulary (frozen value types, enums, errors, constants,
+    the node-to-node codec) but reach its tables and stores only through the core: no class
+    of storage that does I/O (a log, a table, a store, a client) is imported by a front-end."""
+    import dataclasses
+    import enum
+    import inspect
+
+    def is_value(obj: object) -> bool:
+        if not inspect.isclass(obj):
+            return True  # a constant, a pure function, a module (routes)
+        if issubclass(obj, (BaseException, enum.Enum)):
+            return True
+        return dataclasses.is_dataclass(obj) and obj.__dataclass_params__.frozen
+
+    from storage_layout.log import DeltaPartitionLog
+    from storage_layout.meta.table import MetaTable
+    from storage_layout.records import TopicPartition
+
+    assert not is_value(DeltaPartitionLog) and not is_value(MetaTable)  # the control
+    assert is_value(TopicPartition)
+    imported = _front_end_imports_from_storage()
+    assert imported, "the check found no import at all: it checks nothing"
+    behaviour = [
+        (where, module, obj.__name__) for where, module, obj in imported if not is_value(obj)
+    ]
+    assert behaviour == [], "reach these through api.core instead"

@@ -3,8 +3,8 @@ flat line, flagged partial), a partition that is gone has none."""
 
 from __future__ import annotations
 
-from api.http.group_lag import UNREACHABLE
-from api.http.lag_history import LagSample, _sample
+from api.core.group_lag import UNREACHABLE
+from api.core.lag_history import LagSample, _sample
 from storage_layout.records import TopicPartition
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)

@@ -26,7 +26,7 @@ from api.http.errors import ApiError
 from api.http.forwarding import served_by_coordinator
 from api.http.routes import dead_letter_body
 from api.http.routes.dead_letter_body import DeadLetterBody
-from api.http.wire import INT32_MAX, INT64_MAX
+from api.http.wire import INT32_MAX, INT32_MIN, INT64_MAX
 from storage_layout.meta.consumer_offsets import OffsetCommit
 from storage_layout.records import TopicPartition
 
@@ -37,15 +37,19 @@ class JoinBody(BaseModel):
     member_id: str | None = Field(None, description="Empty or absent for a new member")
     group_instance_id: str | None = Field(None, description="Static membership id")
     client_id: str = ""
-    session_timeout_ms: int = Field(45_000, description="Kafka's session.timeout.ms")
-    rebalance_timeout_ms: int = Field(300_000, description="Kafka's max.poll.interval.ms")
+    session_timeout_ms: int = Field(
+        45_000, ge=INT32_MIN, le=INT32_MAX, description="Kafka's session.timeout.ms"
+    )
+    rebalance_timeout_ms: int = Field(
+        300_000, ge=INT32_MIN, le=INT32_MAX, description="Kafka's max.poll.interval.ms"
+    )
     topics: list[str] | None = None
     topic_pattern: str | None = None
     assignors: list[str] = Field(["range", "cooperative-sticky"], description=str(ASSIGNORS))
 
 
 class GenerationBody(BaseModel):
-    generation_id: int
+    generation_id: int = Field(ge=INT32_MIN, le=INT32_MAX)
 
 
 class OffsetBody(BaseModel):
@@ -57,7 +61,12 @@ class OffsetBody(BaseModel):
 
 class CommitBody(BaseModel):
     member_id: str | None = None
-    generation_id: int = Field(-1, description="-1 (with no member) only for an empty group")
+    generation_id: int = Field(
+        -1,
+        ge=INT32_MIN,
+        le=INT32_MAX,
+        description="-1 (with no member) only for an empty group",
+    )
     offsets: list[OffsetBody] = Field(min_length=1)
 
 
@@ -113,7 +122,12 @@ async def commit(group: str, body: CommitBody, request: Request, broker: BrokerD
 
 class GroupDeadLetterBody(DeadLetterBody):
     member_id: str | None = Field(None, description="Absent, with generation -1: no member")
-    generation_id: int = Field(-1, description="-1 (with no member) only for an empty group")
+    generation_id: int = Field(
+        -1,
+        ge=INT32_MIN,
+        le=INT32_MAX,
+        description="-1 (with no member) only for an empty group",
+    )
 
 
 @router.post(

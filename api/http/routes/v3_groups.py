@@ -30,14 +30,14 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from api.core.broker import Broker
+from api.core.group_lag import PartitionLag, group_lags
 from api.core.groups.coordinator import GroupDescription
 from api.core.groups.group import GroupState, MemberView
+from api.core.lag_history import LagHistory, LagSample
 from api.http import access
 from api.http.deps import BrokerDep, base_url
 from api.http.errors import ApiError
 from api.http.forwarding import served_by_coordinator
-from api.http.group_lag import PartitionLag, group_lags
-from api.http.lag_history import LagHistory, LagSample
 from api.http.routes.internal import group_summary, local_group_summaries
 from api.http.routes.v3_topics import check_cluster, list_body
 from storage_layout.records import TopicPartition

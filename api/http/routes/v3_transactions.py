@@ -70,7 +70,7 @@ class TransactionOffsets(Producer):
         "sendOffsetsToTransaction sends them (checked like a commit); absent for a group "
         "without members.",
     )
-    generation_id: int = -1
+    generation_id: int = Field(default=-1, ge=-(2**31), le=2**31 - 1)
 
 
 class TransactionalProducer(BaseModel):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from api.core import leader_reads
 from api.core.broker import Broker
 from api.core.errors import NotLeader
 from api.core.groups.group import MemberView
-from api.http import remote_reads
 from storage_layout.errors import PartitionNotFound, TopicNotFound
 from storage_layout.records import Isolation, TopicPartition
 
@@ -83,7 +83,7 @@ async def log_end_offsets(
     async def one(tp: TopicPartition) -> int | None:
         async with limit:
             try:
-                bounds = await remote_reads.bounds(broker, tp.topic, tp.partition)
+                bounds = await leader_reads.bounds(broker, tp.topic, tp.partition)
                 return bounds.end_offset(Isolation.COMMITTED)
             except (TopicNotFound, PartitionNotFound):
                 return None

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from api.core.broker import Broker
-from api.http.group_lag import UNREACHABLE, lag_of, log_end_offsets
+from api.core.group_lag import UNREACHABLE, lag_of, log_end_offsets
 from storage_layout.records import TopicPartition
 
 log = logging.getLogger(__name__)
