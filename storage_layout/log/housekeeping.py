@@ -170,17 +170,12 @@ class Housekeeper:
             # Listed from the oldest entry and only up to the floor: with an hour of history
             # kept, the directory can hold hundreds of thousands of commits.
             below = self._log.list_below(log_commit.commit_name(floor))
-            doomed += [stored.name for stored in below if _is_log_entry(stored.name)]
+            doomed += [stored.name for stored in below if log_commit.is_log_entry(stored.name)]
             self._trimmed_below = floor
         self._log.delete_many(doomed)
 
 
 Head = Callable[[], LogSnapshot | None] | None
-
-
-def _is_log_entry(name: str) -> bool:
-    head = name.split(".", 1)[0]
-    return head.isdigit() and (name.endswith(".json") or ".checkpoint." in name)
 
 
 def _past_the_head(version: int, removed: set[str], head: Head) -> int:

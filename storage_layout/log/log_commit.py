@@ -250,6 +250,12 @@ def put_if_absent(log: Store, version: int, payload: bytes) -> bool:
     return log.put_if_absent(commit_name(version), payload)
 
 
+def is_log_entry(name: str) -> bool:
+    """Whether `name` is a commit or a checkpoint file of a `_delta_log`."""
+    head = name.split(".", 1)[0]
+    return head.isdigit() and (name.endswith(".json") or ".checkpoint." in name)
+
+
 def commit_exists(log: Store, version: int) -> bool:
     return log.exists(commit_name(version))
 

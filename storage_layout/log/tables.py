@@ -155,11 +155,20 @@ def create_delta_table(
         delta_schema_string(schema), partition_columns, configuration, _now_ms()
     )
     try:
-        if log_commit.commit_exists(log, 0) or log.exists(log_commit.LAST_CHECKPOINT):
-            return False  # commit 0 may be trimmed since: a checkpoint names the table then
+        if log_commit.commit_exists(log, 0) or _has_log_entries(log):
+            return False  # a table whose commit 0 was trimmed since
         return log_commit.put_if_absent(log, 0, log_commit.ndjson(actions))
     except OSError as error:
         raise StorageUnavailable(f"Cannot create table {table_uri}: {error}") from error
+
+
+def _has_log_entries(log: Store) -> bool:
+    """Whether the log holds any commit or checkpoint (listed only when commit 0 is absent:
+    a new table's log is empty)."""
+    return any(
+        stored.name == log_commit.LAST_CHECKPOINT or log_commit.is_log_entry(stored.name)
+        for stored in log.list()
+    )
 
 
 def delta_schema_string(schema: pa.Schema) -> str:

@@ -29,7 +29,7 @@ from storage_layout.errors import (
     TopicNotFound,
 )
 from storage_layout.log import DeltaPartitionLog
-from storage_layout.meta.table import MetaTable
+from storage_layout.meta.table import MetaTable, Verdict
 from storage_layout.meta.topic_defaults import read_topic_defaults
 from storage_layout.schema import TIMESTAMP_TYPE
 from storage_layout.store import open_store
@@ -217,8 +217,14 @@ class TopicCatalog:
 
     def _commit(self, topic: TopicInfo, *, on_conflict: Exception) -> None:
         transaction = (f"topic/{topic.name}", topic.version)
-        if not self._table.append(_topic_to_row(topic), [transaction]):
+        verdict = self._table.append(_topic_to_row(topic), [transaction])
+        if verdict is Verdict.TXN_CONFLICT:
             raise on_conflict
+        if verdict is Verdict.RACE:
+            raise StorageUnavailable(
+                "The topic catalog changed underneath this change (its metadata or files); "
+                "nothing was written: retry."
+            )
 
 
 def check_partition_count(partitions: int) -> None:

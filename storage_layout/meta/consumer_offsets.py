@@ -29,7 +29,7 @@ from storage_layout import paths
 from storage_layout.errors import LeadershipConflict, StorageError, StorageUnavailable
 from storage_layout.log import leadership
 from storage_layout.log.leadership import Leadership, Outcome
-from storage_layout.meta.table import META_FILES_MAX, MetaFile, MetaTable
+from storage_layout.meta.table import META_FILES_MAX, MetaFile, MetaTable, Verdict
 from storage_layout.records import TopicPartition
 from storage_layout.schema import TIMESTAMP_TYPE
 
@@ -236,25 +236,27 @@ class ConsumerOffsets:
 
     def _commit_locked(self, entries, now_ms: int) -> dict[str, int | LeadershipConflict]:
         results: dict[str, int | LeadershipConflict] = {}
-        pending = list(entries)
         for _ in range(COMMIT_ATTEMPTS_MAX):
             self._refresh()
+            decided_on = self._table.version
+            pending = [e for e in entries if e.group_id not in results]
             pending = [e for e in pending if not self._taken(e, results)]
             if not pending:
                 return results
-            outcome = self._append_entries(pending, now_ms, results)
-            if outcome == _TXN_CONFLICT and len(pending) > 1:
-                # One of the groups was taken, but which one? This node's view may be too
-                # stale to show it: commit them one by one, where a conflict names its group.
-                for entry in pending:
-                    if self._append_entries([entry], now_ms, results) == _TXN_CONFLICT:
-                        results[entry.group_id] = self._lost(entry)
-                return results
-            if outcome == _TXN_CONFLICT:
-                results[pending[0].group_id] = self._lost(pending[0])
-                return results
+            outcome = self._append_entries(pending, now_ms, results, decided_on)
             if outcome == _COMMITTED:
                 return results
+            if outcome == _TXN_CONFLICT:
+                # One of the groups was taken, but which one? This node's view may be too
+                # stale to show it: commit them one by one, each checked against every commit
+                # since the same decision, where a conflict names its group. Those that met
+                # something else go round again.
+                for entry in pending:
+                    outcome = self._append_entries([entry], now_ms, results, decided_on)
+                    if outcome == _TXN_CONFLICT:
+                        results[entry.group_id] = self._lost(entry)
+        if all(e.group_id in results for e in entries):
+            return results
         raise StorageUnavailable(f"Cannot commit to {self._uri}: repeated conflicts.")
 
     def _lost(self, entry: GroupCommit) -> LeadershipConflict:
@@ -271,14 +273,14 @@ class ConsumerOffsets:
             return True
         return False
 
-    def _append_entries(self, entries, now_ms: int, results: dict) -> str:
+    def _append_entries(self, entries, now_ms: int, results: dict, decided_on: int) -> str:
         sequences = {e.group_id: self._next_sequence(e.group_id, e.held) for e in entries}
         rows = pa.concat_tables(
             _rows(e.group_id, e.commits, e.generation, e.member_id, now_ms, sequences[e.group_id])
             for e in entries
         )
         transactions = [(_app_id(e.group_id), e.held.version) for e in entries]
-        outcome = self._try_append(rows, transactions)
+        outcome = self._try_append(rows, transactions, decided_on)
         if outcome == _COMMITTED:
             for entry in entries:
                 sequence = sequences[entry.group_id]
@@ -304,18 +306,21 @@ class ConsumerOffsets:
         last = pc.max(stored.column("commit_sequence")).as_py()
         return 0 if last is None else last + 1
 
-    def _try_append(self, rows: pa.Table, transactions: list[tuple[str, int]]) -> str:
-        """Append `rows` with the groups' txns: _COMMITTED, or _TXN_CONFLICT when a commit
-        carrying one of the groups' app ids landed after our state (a takeover, decided here
-        and not by a re-read, so a node paused across it fails whatever its view of the
-        table). Commits carrying none of them are stepped over (MetaTable.append)."""
+    def _try_append(
+        self, rows: pa.Table, transactions: list[tuple[str, int]], decided_on: int
+    ) -> str:
+        """Append `rows` with the groups' txns: _COMMITTED; _TXN_CONFLICT when a commit
+        carrying one of the groups' app ids landed after version `decided_on` (a takeover,
+        decided here and not by a re-read, so a node paused across it fails whatever its view
+        of the table); _RACE when something else did (nothing written: decide again).
+        Commits carrying none of them are stepped over (MetaTable.append)."""
         try:
-            committed = self._table.append(rows, transactions)
+            verdict = self._table.append(rows, transactions, decided_on=decided_on)
         except StorageError:
             for app_id, _ in transactions:
                 self._sequences.pop(app_id.removeprefix("group:"), None)
             raise
-        return _COMMITTED if committed else _TXN_CONFLICT
+        return _OUTCOMES[verdict]
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -431,8 +436,8 @@ class ConsumerOffsets:
                 previous is not None and previous != plan.rewrite_version - 1
             ):
                 return 0  # another rewrite committed since the plan
-            committed = self._table.replace(plan.files, plan.rows, [transaction])
-        return plan.rows_dropped if committed else 0
+            verdict = self._table.replace(plan.files, plan.rows, [transaction])
+        return plan.rows_dropped if verdict is Verdict.COMMITTED else 0
 
     def _maybe_keep_latest(self) -> None:
         """Keep the latest rows after a commit, unless this object is rewriting already. A
@@ -450,7 +455,12 @@ class ConsumerOffsets:
 # ---- helpers (pure) --------------------------------------------------------------------------
 
 
-_COMMITTED, _TXN_CONFLICT = "committed", "txn-conflict"
+_COMMITTED, _RACE, _TXN_CONFLICT = "committed", "race", "txn-conflict"
+_OUTCOMES = {
+    Verdict.COMMITTED: _COMMITTED,
+    Verdict.RACE: _RACE,
+    Verdict.TXN_CONFLICT: _TXN_CONFLICT,
+}
 
 
 def _app_id(group_id: str) -> str:
@@ -526,5 +536,5 @@ class _GroupElection:
 
     def commit_txn(self, new: Leadership) -> Outcome:
         transaction = (_app_id(self._group_id), new.version)
-        committed = self._offsets._table.append(None, [transaction])
-        return Outcome.COMMITTED if committed else Outcome.LOST
+        verdict = self._offsets._table.append(None, [transaction])
+        return Outcome.COMMITTED if verdict is Verdict.COMMITTED else Outcome.LOST

@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from storage_layout import paths
 from storage_layout.errors import InvalidConfig, StorageUnavailable
-from storage_layout.meta.table import MetaTable
+from storage_layout.meta.table import MetaTable, Verdict
 from storage_layout.schema import TIMESTAMP_TYPE
 
 PRINCIPALS_TABLE = "principals"
@@ -124,7 +124,7 @@ class DocumentTable:
             },
             schema=DOCUMENTS_SCHEMA,
         )
-        return self._table.append(row, [(app_id, version)])
+        return self._table.append(row, [(app_id, version)]) is Verdict.COMMITTED
 
     def _refresh(self) -> bool:
         self._table.refresh()

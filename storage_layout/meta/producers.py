@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from storage_layout import paths
 from storage_layout.errors import StorageUnavailable
-from storage_layout.meta.table import MetaTable
+from storage_layout.meta.table import MetaTable, Verdict
 from storage_layout.producer_state import EPOCH_MAX
 from storage_layout.schema import TIMESTAMP_TYPE
 
@@ -90,7 +90,8 @@ class ProducerIdAllocator:
             version = 1 if generation is None else generation + 1
             transactions.append((_transactional_app_id(transactional_id), version))
         row = _row(identity, transactional_id, client_id)
-        return identity if self._table.append(row, transactions) else None
+        committed = self._table.append(row, transactions) is Verdict.COMMITTED
+        return identity if committed else None
 
     def _latest(self, transactional_id: str) -> ProducerIdentity | None:
         """The transactional id's newest (producer_id, epoch): ids only grow, so the maximum."""

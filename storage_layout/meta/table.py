@@ -16,6 +16,7 @@ own lock around a decision and its commit.
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 import time
@@ -46,6 +47,18 @@ DEFAULT_LOG_RETENTION_MS = 30 * 24 * 3600 * 1000
 _INTERVAL = re.compile(r"interval\s+(\d+)\s+(second|minute|hour|day|week)s?", re.IGNORECASE)
 _UNIT_MS = {"second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
 _UNIT_MS["week"] = 7 * _UNIT_MS["day"]
+
+
+class Verdict(enum.Enum):
+    """What became of a commit (`MetaTable.append`, `replace`)."""
+
+    COMMITTED = "committed"
+    # A commit after the state decided on carried one of its txn app ids (delta-rs's
+    # "concurrent transaction"): the compare-and-set lost.
+    TXN_CONFLICT = "txn-conflict"
+    # Nothing committed for another reason (a file it removes is gone, the metadata changed,
+    # a commit could not be read): the table is refreshed; decide again.
+    RACE = "race"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,39 +141,45 @@ class MetaTable:
 
     # ---- commits -----------------------------------------------------------------------------
 
-    def append(self, rows: pa.Table | None, transactions: Sequence[tuple[str, int]]) -> bool:
-        """Commit `rows` (None: none, a txn-only change) with `transactions` on top of the
-        state read. False, with nothing committed, when a commit after that state carried one
-        of their app ids: the state is refreshed for the caller to decide again.
+    def append(
+        self,
+        rows: pa.Table | None,
+        transactions: Sequence[tuple[str, int]],
+        *,
+        decided_on: int | None = None,
+    ) -> Verdict:
+        """Commit `rows` (None: none, a txn-only change) with `transactions`, decided on the
+        table at version `decided_on` (default: the state read): every commit after it is
+        checked, also those this object read since (a caller that commits several times on
+        one decision must pass the version). Unless COMMITTED, nothing is committed and the
+        state is refreshed for the caller to decide again.
 
         Raises:
             StorageUnavailable: the store could not be written or read.
         """
         written = None if rows is None else self.write_file(rows, data_change=True)
-        committed = self._commit([] if written is None else [written], [], transactions, "WRITE")
-        if committed and self._bin_pack:
+        adds = [] if written is None else [written]
+        verdict = self._commit(adds, [], transactions, "WRITE", decided_on)
+        if verdict is Verdict.COMMITTED and self._bin_pack:
             self._maybe_bin_pack()
-        return committed
+        return verdict
 
     def replace(
         self,
         removes: Sequence[MetaFile],
         rows: pa.Table,
         transactions: Sequence[tuple[str, int]] = (),
-    ) -> bool:
+    ) -> Verdict:
         """Replace the files `removes` by one file of `rows` without changing the table's
-        contents (dataChange=false: streaming readers never see it); False, with nothing
-        committed, when one of `removes` is gone or a commit carried one of the txns."""
+        contents (dataChange=false: streaming readers never see it), on the state read; RACE,
+        with nothing committed, when one of `removes` is gone."""
         live = self._reader.state.adds
         if any(meta_file.path not in live for meta_file in removes):
-            return False
+            return Verdict.RACE
         add = self.write_file(rows, data_change=False)
         now_ms = _now_ms()
         remove_actions = [_remove(meta_file, now_ms) for meta_file in removes]
-        if self._commit([add], remove_actions, transactions, "OPTIMIZE"):
-            return True
-        self._delete(add["path"])
-        return False
+        return self._commit([add], remove_actions, transactions, "OPTIMIZE", None)
 
     def write_file(self, rows: pa.Table, *, data_change: bool) -> dict[str, Any]:
         """Write `rows` as a new data file; its add action (with statistics)."""
@@ -179,27 +198,29 @@ class MetaTable:
             "stats": file_stats(rows),
         }
 
-    def _commit(self, adds, removes, transactions, operation: str) -> bool:
-        now_ms = _now_ms()
-        actions = _actions(adds, removes, transactions, operation, now_ms)
+    def _commit(self, adds, removes, transactions, operation: str, decided_on) -> Verdict:
+        actions = _actions(adds, removes, transactions, operation, _now_ms())
         payload = log_commit.ndjson(actions)
         removed = {file_path(r) for r in removes}
-        app_ids = [app_id for app_id, _ in transactions]
-        version = self.version + 1
+        app_ids = {app_id for app_id, _ in transactions}
+        version = (self.version if decided_on is None else decided_on) + 1
         for _ in range(STEPS_MAX):
             started = time.monotonic()
-            if self._put(version, payload):
+            # Versions this object has read already are checked, never created again.
+            if version > self.version and self._put(version, payload):
                 return self._committed(version, actions, started)
             winner = self._read_commit(version)
-            if winner is None or not log_commit.keeps_files(winner, removed, app_ids):
+            verdict = _verdict_on(winner, removed, app_ids)
+            if verdict is not None:
                 self.refresh()
                 self._delete_unless_live(adds)
-                return False
-            self._reader.state = self._reader.state.applied(version, winner)
+                return verdict
+            if version > self.version:
+                self._reader.state = self._reader.state.applied(version, winner)
             version += 1
         raise StorageUnavailable(f"Cannot commit to {self.uri}: other commits kept coming.")
 
-    def _committed(self, version: int, actions: list[dict], started: float) -> bool:
+    def _committed(self, version: int, actions: list[dict], started: float) -> Verdict:
         """Take our commit into the state; a commit made by a writer paused past the log
         grace may sit below a checkpoint, where no reader looks: it counts only if a fresh
         read shows it (as for partitions: LogCommitter.check_not_shadowed)."""
@@ -207,13 +228,16 @@ class MetaTable:
         fresh = (started - reader.latest_known_at) * 1000 < housekeeping.LOG_GRACE_MS / 2
         if not fresh and self._may_be_below_checkpoint(version):
             self.refresh()
-            return _shows(reader.state, actions)
+            if _shows(reader.state, actions):
+                return Verdict.COMMITTED
+            self._delete_unless_live([a["add"] for a in actions if "add" in a])
+            return Verdict.RACE
         reader.state = reader.state.applied(version, actions)
         reader.latest_known_at = started
         self._housekeeper.checkpoint_state_if_due(reader.state, self._history_ms())
         if self._housekeeper.written is not None:  # its tombstones need not stay in memory
             reader.state = reader.state.checkpointed(*self._housekeeper.written)
-        return True
+        return Verdict.COMMITTED
 
     def _maybe_bin_pack(self) -> None:
         """Rewrite every live file as one when there are more than META_FILES_MAX; a failure
@@ -333,11 +357,28 @@ def _actions(adds, removes, transactions, operation: str, now_ms: int) -> list[d
     return actions
 
 
+def _verdict_on(
+    winner: list[dict[str, Any]] | None, removed: set[str], app_ids: set[str]
+) -> Verdict | None:
+    """What a commit that took our version means for ours: None when ours can follow it
+    (delta-rs's rule: it carries none of our txn app ids, leaves the files we remove, and
+    changes neither metadata nor protocol)."""
+    if winner is None:
+        return Verdict.RACE  # trimmed since (or vanished): refresh and decide again
+    for action in winner:
+        ((kind, body),) = action.items()
+        if kind == "txn" and body.get("appId") in app_ids:
+            return Verdict.TXN_CONFLICT
+    return None if log_commit.keeps_files(winner, removed, ()) else Verdict.RACE
+
+
 def _shows(state: TableState, actions: list[dict[str, Any]]) -> bool:
-    """Whether `state` holds the commit of `actions` (its files, or else its txns)."""
+    """Whether `state` holds the commit of `actions`: its files (unique paths), live or removed
+    since; a commit without files by its txns at exactly their versions (a greater version may
+    be another node's change made while ours was not there)."""
     adds = [a["add"]["path"] for a in actions if "add" in a]
     if adds:
-        return all(path in state.adds for path in adds)
+        return all(path in state.adds or path in state.tombstones for path in adds)
     txns = [a["txn"] for a in actions if "txn" in a]
     return all(state.transactions.get(t["appId"]) == t["version"] for t in txns)
 

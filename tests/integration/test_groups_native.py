@@ -136,3 +136,23 @@ def test_bad_join_requests_are_rejected(client, topic_name):
     assert_error(client.post(f"/groups/{group}/members", json=short), 422, 42212)
     unknown = {"topics": ["t"], "assignors": ["sticky-ish"]}
     assert_error(client.post(f"/groups/{group}/members", json=unknown), 422, 42212)
+
+
+def test_generations_and_timeouts_outside_kafkas_int32_are_refused(client, topic_name):
+    """Found by the long fuzz run: a generation below int64's range reached the offsets
+    table's int32 column and failed with a 500. Kafka's generations and group timeouts are
+    int32s: anything outside is a 422 naming the field, and nothing is stored."""
+    create_topic(client, topic_name)
+    group = f"g-{topic_name}"
+    commit = {"offsets": [{"topic": topic_name, "partition": 0, "offset": 1}]}
+    for generation in (-(2**64), 2**31):
+        answer = client.post(
+            f"/groups/{group}/offsets", json={**commit, "generation_id": generation}
+        )
+        assert_error(answer, 422, 422)
+        assert "generation_id" in answer.json()["message"]
+    huge = {"topics": [topic_name], "session_timeout_ms": 2**40}
+    assert_error(client.post(f"/groups/{group}/members", json=huge), 422, 422)
+    assert client.get(f"/groups/{group}/offsets").json()["offsets"] == []  # nothing stored
+    assert client.post(f"/groups/{group}/offsets", json=commit).status_code == 204  # control
+    assert len(client.get(f"/groups/{group}/offsets").json()["offsets"]) == 1

@@ -437,3 +437,28 @@ def test_a_deleted_offset_is_gone_and_a_group_with_none_left_is_not_listed(tmp_p
     node.commit("g", held, [OffsetCommit("t", 0, 3)], generation=-1, member_id=None)  # back again
     assert offsets_of(ConsumerOffsets(str(tmp_path)).load("g")) == {("t", 0): 3}
     assert node.groups() == ["g"]
+
+
+def test_a_takeover_landing_between_the_refresh_and_a_batch_fences_its_group(tmp_path, monkeypatch):
+    """The takeover lands after the coordinator's last look at the table (here: it looks no
+    more) and before its batched commit. The batch conflicts, the groups are committed one
+    by one, each checked against every commit since the same decision: the taken group writes
+    nothing and does not come back to the deposed node; the other is committed (found in
+    review: one by one on a refreshed state, the taken group was committed and taken back)."""
+    node, other = ConsumerOffsets(str(tmp_path)), ConsumerOffsets(str(tmp_path))
+    kept = node.take_group("kept", 1, expected=None)
+    lost = node.take_group("lost", 1, expected=None)
+    taken = other.take_group("lost", 2, expected=lost)
+    monkeypatch.setattr(node, "_refresh", lambda: None)  # its view predates the takeover
+    results = node.commit_many(
+        [
+            GroupCommit("kept", kept, [OffsetCommit("t", 0, 4)], generation=1, member_id="a"),
+            GroupCommit("lost", lost, [OffsetCommit("t", 0, 9)], generation=1, member_id="a"),
+        ]
+    )
+    assert isinstance(results["lost"], LeadershipConflict)
+    assert results["kept"] == 0
+    reader = ConsumerOffsets(str(tmp_path))
+    assert reader.group_coordinator("lost") == taken
+    assert reader.load("lost") == {}
+    assert offsets_of(reader.load("kept")) == {("t", 0): 4}

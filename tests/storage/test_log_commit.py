@@ -172,3 +172,29 @@ def test_put_if_absent_recognises_its_own_commit(tmp_path):
     assert log_commit.put_if_absent(log, 3, payload)
     assert log_commit.put_if_absent(log, 3, payload)
     assert not log_commit.put_if_absent(log, 3, b'{"other":1}\n')
+
+
+def test_a_table_is_created_once_even_after_its_first_commit_was_trimmed(tmp_path):
+    """Commit 0 is put if absent through the store (no hard link needed), readable by
+    delta-rs; creating again is a no-op, also once commit 0 and the checkpoint hint are gone
+    (trimmed logs, a dropped hint): a second commit 0 below a checkpoint would be invisible
+    damage."""
+    from storage_layout.log.checkpoint import write_checkpoint
+    from storage_layout.log.reader import TableReader
+    from storage_layout.log.tables import create_delta_table
+    from storage_layout.schema import PARTITION_COLUMN, PARTITION_SCHEMA
+
+    uri = str(tmp_path / "t")
+    assert create_delta_table(uri, PARTITION_SCHEMA, [PARTITION_COLUMN], {}) is True
+    assert create_delta_table(uri, PARTITION_SCHEMA, [PARTITION_COLUMN], {}) is False
+    assert DeltaTable(uri).version() == 0
+    assert DeltaTable(uri).metadata().partition_columns == [PARTITION_COLUMN]
+    log = DeltaPartitionLog.open(uri)
+    log.append([NewRecord(b"k", b"v")], config=TopicConfig())
+    delta_log = open_store(uri).child(log_commit.LOG_DIR)
+    write_checkpoint(delta_log, TableReader.read(uri).state)
+    delta_log.delete(log_commit.commit_name(0))
+    delta_log.delete(log_commit.LAST_CHECKPOINT)
+    assert create_delta_table(uri, PARTITION_SCHEMA, [PARTITION_COLUMN], {}) is False
+    assert not log_commit.commit_exists(delta_log, 0)
+    assert DeltaTable(uri).version() == 1
