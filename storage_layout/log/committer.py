@@ -276,17 +276,7 @@ class LogCommitter:
         raise VersionTaken(version)
 
     def may_be_below_checkpoint(self, version: int) -> bool:
-        """Whether `_last_checkpoint` names a version after commit `version`, or cannot say.
-
-        Asked after the commit is durable, so an unreadable hint (garbage, torn by a disk
-        fault) must not raise: a committed append must never turn into an error a client
-        retries (a duplicate). delta-rs ignores such a hint and lists the log; the commit is
-        checked by a reload then, as for a commit below the checkpoint.
-        """
-        try:
-            return log_commit.last_checkpoint_version(self.log) > version
-        except (OSError, ValueError, KeyError, TypeError):
-            return True
+        return log_commit.may_be_below_checkpoint(self.log, version)
 
 
 def committed(snapshot: LogSnapshot, version: int, actions: list[dict]) -> LogSnapshot:

@@ -75,16 +75,17 @@ def add_action(
 
 
 def remove_action(
-    path: str, segment: int, size_bytes: int, deletion_ms: int, *, data_change: bool = False
+    path: str, segment: int | None, size_bytes: int, deletion_ms: int, *, data_change: bool = False
 ) -> dict[str, Any]:
     """A Delta `remove` action: of a rewritten file (its records live on in the new file), or
-    with `data_change` of a file whose records go (retention, key compaction)."""
+    with `data_change` of a file whose records go (retention, key compaction). `segment`
+    None: a file of an unpartitioned table (the `_meta` tables)."""
     return {
         "path": path,
         "deletionTimestamp": deletion_ms,
         "dataChange": data_change,
         "extendedFileMetadata": True,
-        "partitionValues": {"segment": str(segment)},
+        "partitionValues": {} if segment is None else {"segment": str(segment)},
         "size": size_bytes,
     }
 
@@ -214,9 +215,22 @@ def maintenance_commit(
     timestamp_ms: int,
     operation: str,
     parameters: dict[str, str],
-    transactions: list[tuple[str, int]] = (),
+    transactions: Sequence[tuple[str, int]] = (),
 ) -> bytes:
     """The JSON of a maintenance change (retention delete, key compaction, file merge)."""
+    return ndjson(change_actions(adds, removes, transactions, operation, parameters, timestamp_ms))
+
+
+def change_actions(
+    adds: Sequence[dict[str, Any]],
+    removes: Sequence[dict[str, Any]],
+    transactions: Sequence[tuple[str, int]],
+    operation: str,
+    parameters: dict[str, str],
+    timestamp_ms: int,
+) -> list[dict[str, Any]]:
+    """The actions of a commit that removes and adds files and sets txns, in Delta's order:
+    commitInfo, removes, adds, txns."""
     commit_info = {
         "timestamp": timestamp_ms,
         "operation": operation,
@@ -226,7 +240,7 @@ def maintenance_commit(
     actions = [{"commitInfo": commit_info}, *({"remove": r} for r in removes)]
     actions += [{"add": a} for a in adds]
     actions += [{"txn": {"appId": app_id, "version": v}} for app_id, v in transactions]
-    return ndjson(actions)
+    return actions
 
 
 def parse_commit(payload: bytes) -> list[dict[str, Any]]:
@@ -271,6 +285,20 @@ def read_commit(log: Store, version: int) -> list[dict[str, Any]] | None:
         # Only an exclusive-create store (FUSE) shows a commit before its bytes are all
         # there; anywhere else this is damage. Either way the caller answers "retry".
         raise StoreError(f"{log.uri}/{commit_name(version)} is incomplete: {error}") from error
+
+
+def may_be_below_checkpoint(log: Store, version: int) -> bool:
+    """Whether `_last_checkpoint` names a version after commit `version`, or cannot say.
+
+    Asked after the commit is durable, so an unreadable hint (garbage, torn by a disk fault)
+    must not raise: a committed change must never turn into an error a client retries (a
+    duplicate). delta-rs ignores such a hint and lists the log; the commit is checked by a
+    reload then, as for a commit below the checkpoint.
+    """
+    try:
+        return last_checkpoint_version(log) > version
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
 
 
 def last_checkpoint_version(log: Store) -> int:

@@ -430,13 +430,11 @@ class ConsumerOffsets:
         """
         transaction = (LATEST_ROWS_APP_ID, plan.rewrite_version)
         with self._lock:
-            self._refresh()
-            previous = self._table.transaction_version(LATEST_ROWS_APP_ID)
-            if (previous is None and plan.rewrite_version) or (
-                previous is not None and previous != plan.rewrite_version - 1
-            ):
-                return 0  # another rewrite committed since the plan
-            verdict = self._table.replace(plan.files, plan.rows, [transaction])
+            # Checked against every commit since the plan's version: another rewrite carries
+            # the same app id, and removes the same files.
+            verdict = self._table.replace(
+                plan.files, plan.rows, [transaction], decided_on=plan.table_version
+            )
         return plan.rows_dropped if verdict is Verdict.COMMITTED else 0
 
     def _maybe_keep_latest(self) -> None:

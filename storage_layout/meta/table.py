@@ -169,17 +169,22 @@ class MetaTable:
         removes: Sequence[MetaFile],
         rows: pa.Table,
         transactions: Sequence[tuple[str, int]] = (),
+        *,
+        decided_on: int | None = None,
     ) -> Verdict:
         """Replace the files `removes` by one file of `rows` without changing the table's
-        contents (dataChange=false: streaming readers never see it), on the state read; RACE,
-        with nothing committed, when one of `removes` is gone."""
+        contents (dataChange=false: streaming readers never see it), decided on version
+        `decided_on` (default: the state read) as `append`; RACE, with nothing committed,
+        when one of `removes` is gone."""
         live = self._reader.state.adds
         if any(meta_file.path not in live for meta_file in removes):
             return Verdict.RACE
         add = self.write_file(rows, data_change=False)
         now_ms = _now_ms()
-        remove_actions = [_remove(meta_file, now_ms) for meta_file in removes]
-        return self._commit([add], remove_actions, transactions, "OPTIMIZE", None)
+        remove_actions = [
+            log_commit.remove_action(f.path, None, f.size_bytes, now_ms) for f in removes
+        ]
+        return self._commit([add], remove_actions, transactions, "OPTIMIZE", decided_on)
 
     def write_file(self, rows: pa.Table, *, data_change: bool) -> dict[str, Any]:
         """Write `rows` as a new data file; its add action (with statistics)."""
@@ -195,11 +200,14 @@ class MetaTable:
             "size": size,
             "modificationTime": _now_ms(),
             "dataChange": data_change,
-            "stats": file_stats(rows),
+            "stats": column_stats(rows),
         }
 
     def _commit(self, adds, removes, transactions, operation: str, decided_on) -> Verdict:
-        actions = _actions(adds, removes, transactions, operation, _now_ms())
+        parameters = {"mode": "Append"} if operation == "WRITE" else {}
+        actions = log_commit.change_actions(
+            adds, removes, transactions, operation, parameters, _now_ms()
+        )
         payload = log_commit.ndjson(actions)
         removed = {file_path(r) for r in removes}
         app_ids = {app_id for app_id, _ in transactions}
@@ -226,7 +234,7 @@ class MetaTable:
         read shows it (as for partitions: LogCommitter.check_not_shadowed)."""
         reader = self._reader
         fresh = (started - reader.latest_known_at) * 1000 < housekeeping.LOG_GRACE_MS / 2
-        if not fresh and self._may_be_below_checkpoint(version):
+        if not fresh and log_commit.may_be_below_checkpoint(reader.log, version):
             self.refresh()
             if _shows(reader.state, actions):
                 return Verdict.COMMITTED
@@ -242,19 +250,13 @@ class MetaTable:
     def _maybe_bin_pack(self) -> None:
         """Rewrite every live file as one when there are more than META_FILES_MAX; a failure
         only delays it to a later change."""
-        files = self.files()
-        if len(files) <= META_FILES_MAX:
+        if len(self._reader.state.adds) <= META_FILES_MAX:
             return
+        files = self.files()
         try:
             self.replace(files, self.read(files=files))
         except StorageUnavailable:
             pass
-
-    def _may_be_below_checkpoint(self, version: int) -> bool:
-        try:
-            return log_commit.last_checkpoint_version(self._reader.log) > version
-        except (OSError, ValueError, KeyError, TypeError):
-            return True
 
     def _history_ms(self) -> int:
         configured = self._reader.state.metadata.get("configuration") or {}
@@ -287,7 +289,7 @@ class MetaTable:
             pass  # an orphan: never referenced by the log, so a vacuum removes it
 
 
-def file_stats(rows: pa.Table) -> str:
+def column_stats(rows: pa.Table) -> str:
     """Delta statistics of a file of `rows`: the record count, and the bounds and null
     counts of its string and integer columns (readers of one key skip other files)."""
     stats: dict[str, Any] = {
@@ -330,31 +332,6 @@ def _meta_file(add: Mapping[str, Any]) -> MetaFile:
         stats.get("minValues") or {},
         stats.get("maxValues") or {},
     )
-
-
-def _remove(meta_file: MetaFile, now_ms: int) -> dict[str, Any]:
-    return {
-        "path": meta_file.path,
-        "deletionTimestamp": now_ms,
-        "dataChange": False,
-        "extendedFileMetadata": True,
-        "partitionValues": {},
-        "size": meta_file.size_bytes,
-    }
-
-
-def _actions(adds, removes, transactions, operation: str, now_ms: int) -> list[dict[str, Any]]:
-    commit_info = {
-        "timestamp": now_ms,
-        "operation": operation,
-        "operationParameters": {"mode": "Append"} if operation == "WRITE" else {},
-        "engineInfo": log_commit.ENGINE_INFO,
-    }
-    actions: list[dict[str, Any]] = [{"commitInfo": commit_info}]
-    actions += [{"remove": r} for r in removes]
-    actions += [{"add": a} for a in adds]
-    actions += [{"txn": {"appId": app_id, "version": v}} for app_id, v in transactions]
-    return actions
 
 
 def _verdict_on(
