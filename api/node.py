@@ -29,6 +29,7 @@ from api.core.membership import Membership
 from api.core.peers import Peers, request_id_headers
 from api.core.producer_ids import ProducerIds
 from api.core.scheduled_jobs import ScheduledJobs
+from api.core.schemas.registry import SchemaRegistry
 from api.core.topics import Topics
 from api.core.transaction_participants import TransactionParticipants
 from api.core.transaction_requests import TransactionRequests
@@ -166,6 +167,7 @@ class Node:
             transaction_requests=requests,
             transaction_participants=participants,
             scheduled_jobs=self._start_scheduled_jobs(cluster, leaders, topics),
+            schemas=await blocking(SchemaRegistry, self.root),
         )
 
     async def _join_cluster(self) -> Cluster:

@@ -143,3 +143,10 @@ class UnknownProducerId(ProducerError):
     """The partition keeps no state for this producer and the batch does not start at 0."""
 
     code = "UNKNOWN_PRODUCER_ID"
+
+
+class InvalidSchema(StorageError):
+    """A schema that does not parse, or names references that do not resolve (the registry's
+    42201)."""
+
+    code = "INVALID_SCHEMA"

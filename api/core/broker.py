@@ -38,6 +38,7 @@ from api.core.records import (
     RecordQueued,
 )
 from api.core.scheduled_jobs import ScheduledJobs
+from api.core.schemas.registry import SchemaRegistry
 from api.core.topics import Topics
 from api.core.transaction_participants import TransactionParticipants
 from api.core.transaction_requests import TransactionRequests
@@ -88,6 +89,7 @@ class Broker:
         transaction_requests: TransactionRequests,
         transaction_participants: TransactionParticipants,
         scheduled_jobs: ScheduledJobs | None,
+        schemas: SchemaRegistry,
     ) -> None:
         self.settings = settings
         self.root = root
@@ -109,6 +111,7 @@ class Broker:
         self.transaction_requests = transaction_requests
         self.transaction_participants = transaction_participants
         self.scheduled_jobs = scheduled_jobs  # None unless this node runs maintenance
+        self.schemas = schemas
 
     def begin_close(self) -> None:
         """Refuse new appends and end long polls: the node is closing."""

@@ -13,6 +13,7 @@ from api.http.route_rules import CLUSTER, rule_for
 from api.security.authorizer import CLUSTER_RESOURCE_NAME
 from api.security.errors import AuthorizationFailed
 from api.security.state import ANONYMOUS, SecurityState
+from storage_layout.schemas.subjects import topic_of
 
 log = logging.getLogger("lakelog.security")
 
@@ -107,6 +108,16 @@ def require_any(request: Request, checks: Iterable[tuple[str, str, str]]) -> Non
     if not any(permits(request, *check) for check in checks):
         wanted = " or ".join(f"{op} {rtype} '{name}'" for op, rtype, name in checks)
         raise AuthorizationFailed(f"{principal_of(request)} is not authorized to {wanted}.")
+
+
+def require_subject(request: Request, operation: str, subject: str) -> None:
+    """A change to a registry subject: `operation` on the subject, or on the topic that a
+    `<topic>-key` / `<topic>-value` subject names."""
+    checks = [(operation, "subject", subject)]
+    topic = topic_of(subject)
+    if topic is not None:
+        checks.append((operation, "topic", topic))
+    require_any(request, checks)
 
 
 def permits_on_any(request: Request, operation: str, resource_type: str) -> bool:

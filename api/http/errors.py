@@ -55,6 +55,24 @@ from api.core.groups.errors import (
     RecordNotFound,
     UnknownMemberId,
 )
+from api.core.schemas.errors import (
+    CompatibilityNotConfigured,
+    IncompatibleSchema,
+    InvalidCompatibilityLevel,
+    InvalidMode,
+    InvalidSubject,
+    InvalidVersion,
+    ModeNotConfigured,
+    OperationNotPermitted,
+    ReferenceExists,
+    SchemaNotFound,
+    SubjectNotFound,
+    SubjectNotSoftDeleted,
+    SubjectSoftDeleted,
+    VersionNotFound,
+    VersionNotSoftDeleted,
+    VersionSoftDeleted,
+)
 from api.security.errors import (
     AuthenticationFailed,
     AuthorizationFailed,
@@ -67,6 +85,7 @@ from storage_layout.errors import (
     DuplicateSequence,
     InvalidConfig,
     InvalidPartitions,
+    InvalidSchema,
     InvalidTopic,
     OffsetOutOfRange,
     OutOfOrderSequence,
@@ -134,6 +153,27 @@ ERROR_STATUS: dict[type[Exception], tuple[int, int]] = {
     StorageError: (500, 50002),
     BrokerError: (500, 50002),
 }
+# The schema registry's own codes (Confluent Schema Registry's).
+REGISTRY_STATUS: dict[type[Exception], tuple[int, int]] = {
+    SubjectNotFound: (404, 40401),
+    VersionNotFound: (404, 40402),
+    SchemaNotFound: (404, 40403),
+    SubjectSoftDeleted: (404, 40404),
+    SubjectNotSoftDeleted: (404, 40405),
+    VersionSoftDeleted: (404, 40406),
+    VersionNotSoftDeleted: (404, 40407),
+    CompatibilityNotConfigured: (404, 40408),
+    ModeNotConfigured: (404, 40409),
+    IncompatibleSchema: (409, 409),
+    InvalidSchema: (422, 42201),
+    InvalidVersion: (422, 42202),
+    InvalidCompatibilityLevel: (422, 42203),
+    InvalidMode: (422, 42204),
+    OperationNotPermitted: (422, 42205),
+    ReferenceExists: (422, 42206),
+    InvalidSubject: (422, 42208),
+}
+ERROR_STATUS = REGISTRY_STATUS | ERROR_STATUS
 SECURITY_STATUS: dict[type[Exception], tuple[int, int]] = {
     AuthenticationFailed: (401, 40101),
     AuthorizationFailed: (403, 40301),

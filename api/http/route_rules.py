@@ -59,6 +59,7 @@ V3 = "/v3/clusters/{cluster_id}"
 V3_GROUP = V3 + "/consumer-groups/{group}"
 V3_TRANSACTION = V3 + "/transactions/{transactional_id}"
 _READ_TOPICS = "READ on every topic named in the body"
+_SUBJECT = "%s on the subject, or on the topic of a <topic>-key/-value subject"
 _DEAD_LETTER = "READ on the topic, WRITE (and CREATE, if new) on the dead letter topic"
 
 RULES: dict[tuple[str, str], Rule] = {
@@ -175,6 +176,43 @@ RULES: dict[tuple[str, str], Rule] = {
         ),
         also="producer id owned; READ on every topic named in the body",
     ),
+    # the schema registry (api/http/routes/schema_registry.py): reads by any principal
+    **{
+        ("GET", path): AUTHENTICATED
+        for path in (
+            "/schemas",
+            "/schemas/types",
+            "/schemas/ids/{schema_id}",
+            "/schemas/ids/{schema_id}/schema",
+            "/schemas/ids/{schema_id}/subjects",
+            "/schemas/ids/{schema_id}/versions",
+            "/schemas/guids/{guid}",
+            "/contexts",
+            "/subjects",
+            "/subjects/{subject}/versions",
+            "/subjects/{subject}/versions/{version}",
+            "/subjects/{subject}/versions/{version}/schema",
+            "/subjects/{subject}/versions/{version}/referencedby",
+            "/config",
+            "/config/{subject}",
+            "/mode",
+            "/mode/{subject}",
+        )
+    },
+    ("POST", "/subjects/{subject}"): AUTHENTICATED,  # a lookup
+    ("POST", "/compatibility/subjects/{subject}/versions"): AUTHENTICATED,
+    ("POST", "/compatibility/subjects/{subject}/versions/{version}"): AUTHENTICATED,
+    ("POST", "/subjects/{subject}/versions"): Rule("route", also=_SUBJECT % "WRITE"),
+    ("DELETE", "/subjects/{subject}"): Rule("route", also=_SUBJECT % "ALTER"),
+    ("DELETE", "/subjects/{subject}/versions/{version}"): Rule("route", also=_SUBJECT % "ALTER"),
+    **{
+        (method, f"/{kind}/{{subject}}"): Rule("route", also=_SUBJECT % "ALTER")
+        for method in ("PUT", "DELETE")
+        for kind in ("config", "mode")
+    },
+    ("PUT", "/config"): cluster("ALTER"),
+    ("DELETE", "/config"): cluster("ALTER"),
+    ("PUT", "/mode"): cluster("ALTER"),
     # node to node (storage_layout/cluster/routes.py)
     **dict.fromkeys(routes.ALL_PATHS, NODE),
 }

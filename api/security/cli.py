@@ -25,6 +25,7 @@ ACL_RESOURCE_FLAGS = (
     ("topic", "topic"),
     ("group", "group"),
     ("transactional_id", "transactional_id"),
+    ("subject", "subject"),  # a schema registry subject (lakelog's own resource type)
 )
 
 
@@ -178,6 +179,9 @@ def _add_acls(commands) -> None:
         action.add_argument("--topic", action="append", default=[])
         action.add_argument("--group", action="append", default=[])
         action.add_argument("--transactional-id", action="append", default=[])
+        action.add_argument(
+            "--subject", action="append", default=[], help="a schema registry subject"
+        )
         action.add_argument("--cluster", action="store_true")
         action.add_argument(
             "--resource-pattern-type", default=None, help="literal (default) or prefixed"

@@ -13,7 +13,8 @@ import hashlib
 from dataclasses import asdict, dataclass
 
 from storage_layout.errors import InvalidConfig
-from storage_layout.meta.principals import PRINCIPAL_PATTERN, DocumentTable
+from storage_layout.meta.documents import DocumentTable
+from storage_layout.meta.principals import PRINCIPAL_PATTERN
 
 ACLS_TABLE = "acls"
 KIND_ACL = "acl"
@@ -30,7 +31,8 @@ OPERATIONS = (
     "ALTER_CONFIGS",
     "IDEMPOTENT_WRITE",
 )
-RESOURCE_TYPES = ("topic", "group", "cluster", "transactional_id")
+# `subject` (a schema registry subject) is lakelog's own: Kafka's protocol has no such type.
+RESOURCE_TYPES = ("topic", "group", "cluster", "transactional_id", "subject")
 PATTERN_TYPES = ("literal", "prefixed")
 PERMISSIONS = ("allow", "deny")
 WILDCARD = "*"  # as a literal resource name: every resource; as a principal name: everyone

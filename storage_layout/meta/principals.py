@@ -5,9 +5,7 @@ Why a Delta table and not a JSON file: the root may be an object store (s3://, a
 commit is atomic on every root lakelog supports and gives the same compare-and-set the topic
 catalog uses, so two writers of one key cannot both win.
 
-Layout (`DocumentTable`): one row per version of a `(kind, name)` document, `document` a JSON
-string (null = deleted). The current document is the row with the highest `version`; each change
-commits `Transaction("<kind>/<name>", version)` on the snapshot it read.
+Layout: a `documents.DocumentTable` (one row per version of a `(kind, name)` JSON document).
 
 Kinds in `_meta/principals`:
 - `principal` / `User:alice`: `{"created_at_ms"}`.
@@ -26,22 +24,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import re
 import secrets
-import threading
 import time
 from dataclasses import dataclass
 
-import pyarrow as pa
-
-from storage_layout import paths
-from storage_layout.errors import InvalidConfig, StorageUnavailable
-from storage_layout.meta.table import MetaTable, Verdict
-from storage_layout.schema import TIMESTAMP_TYPE
+from storage_layout.errors import InvalidConfig
+from storage_layout.meta.documents import DocumentTable
 
 PRINCIPALS_TABLE = "principals"
-WRITE_ATTEMPTS_MAX = 20
 
 KIND_PRINCIPAL = "principal"
 KIND_API_KEY = "api_key"
@@ -56,95 +47,6 @@ SCRYPT_N, SCRYPT_R, SCRYPT_P, HASH_BYTES, SALT_BYTES = 1 << 14, 8, 1, 32, 16
 KEY_ID_BYTES, SECRET_BYTES = 8, 32
 PRINCIPAL_PATTERN = re.compile(r"^User:[A-Za-z0-9._@\-]{1,200}$")
 KEY_ID_PATTERN = re.compile(r"^[0-9a-f]{16}$")
-
-DOCUMENTS_SCHEMA = pa.schema(
-    [
-        pa.field("kind", pa.string(), nullable=False),
-        pa.field("name", pa.string(), nullable=False),
-        pa.field("version", pa.int64(), nullable=False),
-        pa.field("document", pa.string()),
-        pa.field("updated_at", TIMESTAMP_TYPE, nullable=False),
-    ]
-)
-
-
-class DocumentTable:
-    """Versioned JSON documents keyed by `(kind, name)` in one small `_meta` Delta table."""
-
-    def __init__(self, root: str, table: str) -> None:
-        self._uri = paths.meta_table_uri(paths.normalize_root(root), table)
-        self._lock = threading.Lock()
-        self._table = MetaTable(self._uri, DOCUMENTS_SCHEMA)
-        self._loaded_version = -1
-        self._current: dict[tuple[str, str], dict] = {}
-
-    def refresh(self) -> bool:
-        """Read changes committed by other nodes or tools; True if anything changed."""
-        with self._lock:
-            return self._refresh()
-
-    def documents(self, kind: str) -> dict[str, dict]:
-        """The current (not deleted) documents of `kind`, by name, as last refreshed."""
-        with self._lock:
-            return {name: doc for (k, name), doc in self._current.items() if k == kind}
-
-    def get(self, kind: str, name: str) -> dict | None:
-        with self._lock:
-            return self._current.get((kind, name))
-
-    def put(self, kind: str, name: str, document: dict | None, *, create_only=False) -> bool:
-        """Write (or, with None, delete) one document; False if `create_only` and it exists,
-        or if deleting a document that does not exist.
-
-        Raises:
-            StorageUnavailable: the table could not be read or written.
-        """
-        with self._lock:
-            for _ in range(WRITE_ATTEMPTS_MAX):
-                self._refresh()
-                exists = (kind, name) in self._current
-                if (create_only and exists) or (document is None and not exists):
-                    return False
-                if not self._write(kind, name, document):
-                    continue  # another writer changed this key first: decide again
-                self._refresh()
-                return True
-        raise StorageUnavailable(f"Could not write {self._uri}: contention.")
-
-    def _write(self, kind: str, name: str, document: dict | None) -> bool:
-        app_id = f"{kind}/{name}"
-        version = (self._table.transaction_version(app_id) or 0) + 1
-        row = pa.table(
-            {
-                "kind": [kind],
-                "name": [name],
-                "version": [version],
-                "document": [None if document is None else json.dumps(document, sort_keys=True)],
-                "updated_at": [int(time.time() * 1_000_000)],
-            },
-            schema=DOCUMENTS_SCHEMA,
-        )
-        return self._table.append(row, [(app_id, version)]) is Verdict.COMMITTED
-
-    def _refresh(self) -> bool:
-        self._table.refresh()
-        if self._table.version == self._loaded_version:
-            return False
-        table = self._table.read()
-        newest: dict[tuple[str, str], tuple[int, str | None]] = {}
-        for kind, name, version, document in zip(
-            *(table.column(c).to_pylist() for c in ("kind", "name", "version", "document")),
-            strict=True,
-        ):
-            if (kind, name) not in newest or version > newest[(kind, name)][0]:
-                newest[(kind, name)] = (version, document)
-        self._current = {
-            key: json.loads(document)
-            for key, (_, document) in newest.items()
-            if document is not None
-        }
-        self._loaded_version = self._table.version
-        return True
 
 
 @dataclass(frozen=True, slots=True)

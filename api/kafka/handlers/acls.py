@@ -127,7 +127,9 @@ def _matching(bindings: list[AclBinding], kafka_filter) -> list[AclBinding]:
         resource_type=_optional(RESOURCE_TYPES, kafka_filter.resource_type_filter),
         host=kafka_filter.host_filter,
     )
-    selected = [b for b in bindings if wanted.matches(b)]
+    # lakelog's own resource types (registry subjects) have no code in Kafka's protocol
+    kafka_types = set(RESOURCE_TYPES.values())
+    selected = [b for b in bindings if b.resource_type in kafka_types and wanted.matches(b)]
     name = kafka_filter.resource_name_filter
     pattern = kafka_filter.pattern_type_filter
     if pattern == MATCH:
