@@ -38,6 +38,9 @@ class RecordColumns:
 
     table: pa.Table
     size_bytes: int
+    # The typed columns of keys and values that carry a registered schema's id (FORMAT.md
+    # §17), one row per record; None when no record has any.
+    typed: pa.Table | None = None
 
     def __len__(self) -> int:
         return self.table.num_rows

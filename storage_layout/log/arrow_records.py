@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +21,7 @@ from storage_layout.schema import (
     TRANSACTION_COLUMNS,
     TRANSACTIONAL_RECORD_COLUMNS,
 )
+from storage_layout.schemas.typed_columns import concat_typed, conform_table
 
 # Per record: (producer_id, producer_epoch, sequence) or (..., transactional), or None for a
 # record of no idempotent producer.
@@ -86,12 +87,21 @@ def new_records_table(records: Records) -> pa.Table:
 
 
 def concat_records(parts: Sequence[Records]) -> Records:
-    """One group commit's records, in order: a list while every part is one, else columns."""
+    """One group commit's records, in order: a list while every part is one, else columns
+    (with the parts' typed columns, merged)."""
     if not any(isinstance(part, RecordColumns) for part in parts):
         return [record for part in parts for record in part]
     tables = [new_records_table(part) for part in parts]
     size_bytes = sum(records_size_bytes(part) for part in parts)
-    return RecordColumns(pa.concat_tables(tables), size_bytes)
+    typed = concat_typed(
+        [part.typed if isinstance(part, RecordColumns) else None for part in parts],
+        [len(part) for part in parts],
+    )
+    return RecordColumns(pa.concat_tables(tables), size_bytes, typed)
+
+
+def typed_of(records: Records) -> pa.Table | None:
+    return records.typed if isinstance(records, RecordColumns) else None
 
 
 def records_to_arrow(
@@ -100,9 +110,11 @@ def records_to_arrow(
     now_ms: int,
     log_append_time: bool,
     producers: ProducerColumns | None = None,
+    typed_targets: Mapping[str, pa.DataType] | None = None,
 ) -> pa.Table:
-    """The file columns of `records` at offsets from `base_offset`; a record without a
-    timestamp (or every record, with LogAppendTime) gets `now_ms`."""
+    """The file columns of `records` at offsets from `base_offset`, and the table's typed
+    columns `typed_targets` (FORMAT.md §17; null for records without them); a record without
+    a timestamp (or every record, with LogAppendTime) gets `now_ms`."""
     new = new_records_table(records)
     count = new.num_rows
     if log_append_time:
@@ -121,7 +133,14 @@ def records_to_arrow(
         new.column("headers"),
         *_producer_arrays(producers, count),
     ]
-    return pa.Table.from_arrays(columns, schema=FILE_SCHEMA)
+    table = pa.Table.from_arrays(columns, schema=FILE_SCHEMA)
+    if not typed_targets:
+        return table
+    typed = typed_of(records)
+    typed = conform_table(typed if typed is not None else table.select([]), dict(typed_targets))
+    for field, column in zip(typed.schema, typed.columns, strict=True):
+        table = table.append_column(field, column)
+    return table
 
 
 def _producer_arrays(producers: ProducerColumns | None, count: int) -> list[pa.Array]:

@@ -147,11 +147,13 @@ class LogCommitter:
         now_ms: int,
         *,
         checkpoint: tuple[int, tuple[str, ...]] | None,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         """Commit the data file `written` (records `table`) with `transactions`, and with the
         pending small-file merge if its files are all still live, on the version after the
         snapshot; step over other writers' rearrangements; advance the snapshot past it. The
-        tombstones up to `checkpoint` (the last one written) leave memory.
+        tombstones up to `checkpoint` (the last one written) leave memory. `metadata`, when
+        given, is committed with it (typed columns widening the schema, FORMAT.md §17).
 
         Raises:
             VersionTaken: another commit changed records, txns or metadata first.
@@ -161,6 +163,8 @@ class LogCommitter:
             merge = self.usable_merge()
             rewrite = () if merge is None else merge.actions()
             actions = log_commit.append_actions(written.add, transactions, now_ms, rewrite)
+            if metadata is not None:
+                actions.insert(1, {"metaData": metadata})
             version = self.next_version
             started = time.monotonic()
             if self.put(version, log_commit.ndjson(actions)):

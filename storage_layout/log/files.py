@@ -15,6 +15,7 @@ from storage_layout.log import log_commit
 from storage_layout.log.arrow_records import file_stats, with_transaction_columns
 from storage_layout.log.snapshot import DataFile
 from storage_layout.schema import FILE_SCHEMA, PARTITION_COLUMN
+from storage_layout.schemas.typed_columns import TYPED_COLUMNS, conform_table
 from storage_layout.store import Store, read_parquet, write_parquet
 
 # An append writes one file per commit, on the produce path: Snappy costs a third of zstd's
@@ -105,9 +106,35 @@ def read_columns(store: Store, data_file: DataFile, columns: list[str]) -> pa.Ta
     return with_transaction_columns(table).select(columns)
 
 
-def read_whole_file(store: Store, data_file: DataFile) -> pa.Table:
-    """Every file column (FILE_SCHEMA) of one file."""
-    return read_columns(store, data_file, FILE_SCHEMA.names)
+def read_whole_file(
+    store: Store, data_file: DataFile, file_schema: pa.Schema = FILE_SCHEMA
+) -> pa.Table:
+    """Every column of one file as `file_schema` (the table's: LogSnapshot.file_schema). A
+    file from before the table's typed columns, or before they widened, reads them as null
+    where it lacks them (FORMAT.md §17)."""
+    typed = [name for name in file_schema.names if name in TYPED_COLUMNS]
+    if not typed:
+        return read_columns(store, data_file, FILE_SCHEMA.names)
+    try:
+        table = read_parquet(store, data_file.path, file_schema.names)
+    except OSError as error:
+        raise StorageUnavailable(f"Cannot read {store.uri}/{data_file.path}: {error}") from error
+    return as_file_schema(with_transaction_columns(table), file_schema)
+
+
+def as_file_schema(table: pa.Table, file_schema: pa.Schema) -> pa.Table:
+    """`table` (a file's columns, or a tail chunk) with every column of `file_schema`: the
+    typed columns it lacks as null, the ones it has widened to the table's types."""
+    if table.schema == file_schema:
+        return table
+    targets = {
+        name: file_schema.field(name).type for name in file_schema.names if name in TYPED_COLUMNS
+    }
+    typed = conform_table(table.select([n for n in table.column_names if n in targets]), targets)
+    base = table.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
+    for field, column in zip(typed.schema, typed.columns, strict=True):
+        base = base.append_column(field, column)
+    return base
 
 
 def delete_uncommitted(store: Store, written: list[WrittenFile]) -> None:

@@ -19,7 +19,7 @@ import pyarrow as pa
 from storage_layout.errors import StorageError
 from storage_layout.log import log_commit
 from storage_layout.log.checkpoint import write_checkpoint
-from storage_layout.log.files import WrittenFile, read_whole_file, write_data_file
+from storage_layout.log.files import WrittenFile, as_file_schema, read_whole_file, write_data_file
 from storage_layout.log.leadership import Leadership
 from storage_layout.log.replay import TableState, UnreadableLog
 from storage_layout.log.snapshot import DataFile, LogSnapshot, in_memory
@@ -135,10 +135,14 @@ class Housekeeper:
         """The files' records, from the in-memory tail where it still holds a file's commit
         (the small files a merge takes are mostly recent ones), else from the file."""
         chunks = snapshot.tail_records()
+        file_schema = snapshot.file_schema
         tables = []
         for data_file in run:
             chunk = in_memory(chunks, data_file)
-            tables.append(read_whole_file(self._store, data_file) if chunk is None else chunk)
+            if chunk is None:
+                tables.append(read_whole_file(self._store, data_file, file_schema))
+            else:
+                tables.append(as_file_schema(chunk, file_schema))
         return tables
 
     def _checkpoint_and_trim(self, state: TableState, history_ms: int) -> None:

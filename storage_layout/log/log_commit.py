@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+import pyarrow as pa
+
+from storage_layout.log.delta_types import field_json
 from storage_layout.store import Store, StoreError
 
 LOG_DIR = "_delta_log"
@@ -142,6 +145,35 @@ def with_transaction_fields(metadata: dict[str, Any]) -> dict[str, Any] | None:
 def _missing_transaction_fields(schema: Mapping[str, Any]) -> list[dict[str, Any]]:
     names = {field["name"] for field in schema["fields"]}
     return [field for field in TRANSACTION_FIELDS if field["name"] not in names]
+
+
+def with_typed_fields(
+    metadata: Mapping[str, Any], targets: Mapping[str, pa.DataType]
+) -> dict[str, Any] | None:
+    """`metadata` (a metaData action's body) whose schema has the typed columns `targets`
+    (FORMAT.md §17): new ones added before the partition column, widened ones replaced; None
+    when the schema has them already."""
+    schema = json.loads(metadata["schemaString"])
+    fields = schema["fields"]
+    by_name = {f["name"]: i for i, f in enumerate(fields)}
+    changed = False
+    for name, kind in targets.items():
+        wanted = field_json(pa.field(name, kind))
+        if name in by_name:
+            if fields[by_name[name]]["type"] != wanted["type"]:
+                fields[by_name[name]] = wanted
+                changed = True
+            continue
+        at = next(
+            (i for i, f in enumerate(fields) if f["name"] in metadata.get("partitionColumns", ())),
+            len(fields),
+        )
+        fields.insert(at, wanted)
+        by_name = {f["name"]: i for i, f in enumerate(fields)}
+        changed = True
+    if not changed:
+        return None
+    return {**metadata, "schemaString": json.dumps(schema, separators=(",", ":"))}
 
 
 def metadata_actions(metadata: dict[str, Any], timestamp_ms: int) -> list[dict[str, Any]]:

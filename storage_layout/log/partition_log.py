@@ -17,6 +17,8 @@ may run `housekeeping` beside it; any number of threads may call `read`, `bounds
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 from collections.abc import Collection, Sequence
 
@@ -36,9 +38,19 @@ from storage_layout.log import (
     reads,
     replay,
 )
-from storage_layout.log.arrow_records import ProducerColumns, marker_table, records_to_arrow
+from storage_layout.log.arrow_records import (
+    ProducerColumns,
+    marker_table,
+    records_to_arrow,
+    typed_of,
+)
 from storage_layout.log.committer import LogCommitter
-from storage_layout.log.files import delete_uncommitted
+from storage_layout.log.files import (
+    APPEND_CODEC,
+    as_file_schema,
+    delete_uncommitted,
+    write_data_file,
+)
 from storage_layout.log.housekeeping import Housekeeper
 from storage_layout.log.leadership import Leadership, Outcome
 from storage_layout.log.pending_merge import PendingMerge
@@ -62,9 +74,12 @@ from storage_layout.records import (
     PartitionBounds,
     Records,
 )
-from storage_layout.schema import LEADER_APP_ID, LOG_APP_ID, LOG_START_APP_ID
+from storage_layout.schema import FILE_SCHEMA, LEADER_APP_ID, LOG_APP_ID, LOG_START_APP_ID
+from storage_layout.schemas.typed_columns import TYPED_COLUMNS, merge_types
 from storage_layout.store import open_store
 from storage_layout.topic_config import TopicConfig
+
+logger = logging.getLogger("lakelog.storage")
 
 # A commit that lost its version to another writer's commit is planned again on a fresh
 # snapshot (nothing of it is visible), this many times at most.
@@ -243,7 +258,7 @@ class DeltaPartitionLog:
 
     def read_files(self, files: Sequence[DataFile]) -> pa.Table:
         """Every column of `files` (FILE_SCHEMA), in the order given."""
-        return reads.read_files(self._store, files)
+        return reads.read_files(self._store, files, self._committer.snapshot.file_schema)
 
     def producer_states(self) -> ProducerStates:
         """Producers' last committed spans (producer_scan.producer_states)."""
@@ -303,10 +318,13 @@ class DeltaPartitionLog:
         another thread while `commit_staged` of `after` runs (staging.py)."""
         if not records:
             raise ValueError("append needs at least one record")
+        targets = self._typed_targets(records)
 
         def build(base_offset: int, now_ms: int) -> pa.Table:
             log_append_time = config.log_append_time
-            return records_to_arrow(records, base_offset, now_ms, log_append_time, producers)
+            return records_to_arrow(
+                records, base_offset, now_ms, log_append_time, producers, targets
+            )
 
         return self._stage(build, config=config, now_ms=now_ms, after=after)
 
@@ -361,8 +379,9 @@ class DeltaPartitionLog:
                     f"Another writer committed offsets to {self.table_uri} after this "
                     f"writer's snapshot; nothing was appended."
                 )
+            staged, metadata = self._typed_schema_change(staged)
             try:
-                self._commit_append(staged, transaction)
+                self._commit_append(staged, transaction, metadata)
             except VisibleAfterReload:
                 self._pending.forget_if_committed(self._committer.snapshot)
             except VersionTaken as error:
@@ -419,9 +438,62 @@ class DeltaPartitionLog:
             f"{APPEND_ONCE_ATTEMPTS_MAX} attempts; nothing was appended."
         )
 
-    def _commit_append(self, staged: StagedAppend, transaction: AppTransaction | None) -> None:
-        """Commit the staged file with the offset CAS, the writer's leadership and
-        `transaction` (LogCommitter.commit_append)."""
+    def _typed_targets(self, records: Records) -> dict[str, pa.DataType]:
+        """The typed columns (FORMAT.md §17) an append of `records` writes: the table's,
+        widened by the records' own. A field whose type conflicts keeps the table's (the
+        records store null there) and is logged."""
+        current = dict(self._committer.snapshot.typed_types)
+        typed = typed_of(records)
+        if typed is None:
+            return current
+        for field in typed.schema:
+            merged = merge_types(current.get(field.name), field.type)
+            for conflict in merged.conflicts:
+                logger.warning("%s %s: %s; stored as null", self.table_uri, field.name, conflict)
+            current[field.name] = merged.type
+        return current
+
+    def _typed_schema_change(self, staged: StagedAppend) -> tuple[StagedAppend, dict | None]:
+        """The staged append fitted to the table's typed columns as they are now, and the
+        metadata to commit with it when its columns widen the table's. Staged while an
+        earlier append was in flight, its file may hold a type that append made conflict:
+        then it is written again, conformed (rare: two new versions of one field at once)."""
+        file_types = {f.name: f.type for f in staged.table.schema if f.name in TYPED_COLUMNS}
+        if not file_types:
+            return staged, None
+        state = self._committer.snapshot.state
+        current = dict(self._committer.snapshot.typed_types)
+        conflicted = False
+        for name, kind in file_types.items():
+            merged = merge_types(current.get(name), kind)
+            conflicted = conflicted or bool(merged.conflicts)
+            current[name] = merged.type
+        if conflicted:
+            staged = self._restaged(staged, current)
+        metadata = None if state is None else log_commit.with_typed_fields(state.metadata, current)
+        return staged, metadata
+
+    def _restaged(self, staged: StagedAppend, targets: dict[str, pa.DataType]) -> StagedAppend:
+        schema = pa.schema([*FILE_SCHEMA, *(pa.field(n, t) for n, t in targets.items())])
+        table = as_file_schema(staged.table, schema)
+        written = write_data_file(
+            self._store,
+            table,
+            staged.written.data_file.segment,
+            staged.now_ms,
+            codec=APPEND_CODEC,
+        )
+        delete_uncommitted(self._store, [staged.written])
+        return dataclasses.replace(staged, written=written, table=table)
+
+    def _commit_append(
+        self,
+        staged: StagedAppend,
+        transaction: AppTransaction | None,
+        metadata: dict | None = None,
+    ) -> None:
+        """Commit the staged file with the offset CAS, the writer's leadership,
+        `transaction` and `metadata` (LogCommitter.commit_append)."""
         transactions = [(LOG_APP_ID, staged.last_offset)]
         if self._held is not None:
             transactions.append((LEADER_APP_ID, self._held.version))
@@ -433,6 +505,7 @@ class DeltaPartitionLog:
             transactions if self._fenced else [],
             staged.now_ms,
             checkpoint=self._housekeeper.written,
+            metadata=metadata,
         )
 
     # ---- housekeeping ----------------------------------------------------------------------

@@ -127,12 +127,16 @@ def advanced_index(
     return index.advanced(rows, snapshot.high_watermark)
 
 
-def read_files(store: Store, files: Sequence[DataFile]) -> pa.Table:
-    """Every column of `files` (FILE_SCHEMA), in the order given."""
+def read_files(
+    store: Store, files: Sequence[DataFile], file_schema: pa.Schema = FILE_SCHEMA
+) -> pa.Table:
+    """Every column of `files` as `file_schema` (the table's), in the order given."""
     if not files:
-        return FILE_SCHEMA.empty_table()
+        return file_schema.empty_table()
     # Files rewritten by other engines may store view types: one schema for all.
-    return pa.concat_tables([read_whole_file(store, f).cast(FILE_SCHEMA) for f in files])
+    return pa.concat_tables(
+        [read_whole_file(store, f, file_schema).cast(file_schema) for f in files]
+    )
 
 
 def transactional_rows_from(store: Store, snapshot: LogSnapshot, from_offset: int) -> pa.Table:

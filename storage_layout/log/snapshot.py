@@ -6,6 +6,7 @@ A `LogSnapshot` is immutable; the writer replaces it atomically, so readers neve
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,9 +16,11 @@ import pyarrow as pa
 
 from storage_layout.errors import CorruptPartition
 from storage_layout.log import log_commit
+from storage_layout.log.delta_types import arrow_type
 from storage_layout.log.replay import TableState, file_path
 from storage_layout.records import AppTransaction
-from storage_layout.schema import LOG_APP_ID, LOG_START_APP_ID, PARTITION_COLUMN
+from storage_layout.schema import FILE_SCHEMA, LOG_APP_ID, LOG_START_APP_ID, PARTITION_COLUMN
+from storage_layout.schemas.typed_columns import TYPED_COLUMNS
 
 # The tail keeps at most this many commits' records in memory.
 TAIL_COMMITS_MAX = 256
@@ -94,6 +97,33 @@ class LogSnapshot:
 
     def segment_files(self, segment: int) -> list[DataFile]:
         return [f for f in self.files if f.segment == segment]
+
+    @property
+    def typed_types(self) -> Mapping[str, pa.DataType]:
+        """The table's typed columns (FORMAT.md §17) by name; empty when it has none."""
+        return {} if self.state is None else typed_types_of(self.state.metadata)
+
+    @property
+    def file_schema(self) -> pa.Schema:
+        """What the table's data files hold: FILE_SCHEMA and its typed columns."""
+        typed = self.typed_types
+        if not typed:
+            return FILE_SCHEMA
+        return pa.schema([*FILE_SCHEMA, *(pa.field(n, t) for n, t in typed.items())])
+
+
+@functools.lru_cache(maxsize=256)
+def _typed_types_of_schema(schema_string: str) -> tuple[tuple[str, pa.DataType], ...]:
+    fields = json.loads(schema_string)["fields"]
+    return tuple((f["name"], arrow_type(f["type"])) for f in fields if f["name"] in TYPED_COLUMNS)
+
+
+def typed_types_of(metadata: Mapping[str, object]) -> dict[str, pa.DataType]:
+    """The typed columns of a table's metadata (a metaData action's body), by name."""
+    schema_string = metadata.get("schemaString") if metadata else None
+    if not isinstance(schema_string, str):
+        return {}
+    return dict(_typed_types_of_schema(schema_string))
 
 
 class VersionTaken(Exception):

@@ -4,9 +4,7 @@ index."""
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -15,6 +13,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from storage_layout import paths
 from storage_layout.errors import CorruptPartition, PartitionTableMissing, StorageUnavailable
 from storage_layout.log import log_commit
+from storage_layout.log.delta_types import delta_schema_string
 from storage_layout.schema import PARTITION_COLUMN, PARTITION_SCHEMA
 from storage_layout.store import Store, delta_storage_options, open_store
 
@@ -169,64 +168,6 @@ def _has_log_entries(log: Store) -> bool:
         stored.name == log_commit.LAST_CHECKPOINT or log_commit.is_log_entry(stored.name)
         for stored in log.list()
     )
-
-
-def delta_schema_string(schema: pa.Schema) -> str:
-    """`schema` as a Delta metaData schemaString (the JSON delta-rs and Spark write)."""
-    fields = [_field_json(field) for field in schema]
-    return json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
-
-
-_PRIMITIVES = {
-    pa.string(): "string",
-    pa.large_string(): "string",
-    pa.binary(): "binary",
-    pa.large_binary(): "binary",
-    pa.bool_(): "boolean",
-    pa.int8(): "byte",
-    pa.int16(): "short",
-    pa.int32(): "integer",
-    pa.int64(): "long",
-    pa.float32(): "float",
-    pa.float64(): "double",
-    pa.date32(): "date",
-}
-
-
-def _field_json(field: pa.Field) -> dict[str, Any]:
-    return {
-        "name": field.name,
-        "type": _type_json(field.type),
-        "nullable": field.nullable,
-        "metadata": {},
-    }
-
-
-def _type_json(kind: pa.DataType) -> Any:
-    if kind in _PRIMITIVES:
-        return _PRIMITIVES[kind]
-    if pa.types.is_timestamp(kind):
-        return "timestamp" if kind.tz else "timestamp_ntz"
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        element = kind.value_field
-        return {
-            "type": "array",
-            "elementType": _type_json(element.type),
-            "containsNull": element.nullable,
-        }
-    if pa.types.is_struct(kind):
-        return {
-            "type": "struct",
-            "fields": [_field_json(kind.field(i)) for i in range(kind.num_fields)],
-        }
-    if pa.types.is_map(kind):
-        return {
-            "type": "map",
-            "keyType": _type_json(kind.key_type),
-            "valueType": _type_json(kind.item_type),
-            "valueContainsNull": kind.item_field.nullable,
-        }
-    raise ValueError(f"no Delta type for Arrow type {kind}")
 
 
 def _now_ms() -> int:
