@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from storage_layout.errors import InvalidConfig, InvalidTopic
+from storage_layout.schemas import subjects
 
 TOPIC_NAME_LENGTH_MAX = 249
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
@@ -32,6 +33,7 @@ def validate_topic_name(name: str) -> str:
 
 
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+BOOLEANS = ("true", "false")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
@@ -56,6 +58,20 @@ class TopicConfig:
     # travel needs (versions older than this may go; Delta's delta.logRetentionDuration).
     # An hour keeps the directory small under continuous load (FORMAT.md §6b).
     delta_log_retention_ms: int = dataclasses.field(default=3_600_000, metadata={"min": 0})
+    # Confluent Server's: refuse keys/values without a valid schema id of the registry for
+    # the subject the strategy names (README "Schemas").
+    confluent_key_schema_validation: str = dataclasses.field(
+        default="false", metadata={"choices": BOOLEANS}
+    )
+    confluent_value_schema_validation: str = dataclasses.field(
+        default="false", metadata={"choices": BOOLEANS}
+    )
+    confluent_key_subject_name_strategy: str = dataclasses.field(
+        default=subjects.TOPIC_NAME, metadata={"choices": subjects.STRATEGIES}
+    )
+    confluent_value_subject_name_strategy: str = dataclasses.field(
+        default=subjects.TOPIC_NAME, metadata={"choices": subjects.STRATEGIES}
+    )
 
     @classmethod
     def from_mapping(cls, configs: Mapping[str, object], base: TopicConfig | None = None):
@@ -73,6 +89,19 @@ class TopicConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    def validates_schema(self, *, is_key: bool) -> bool:
+        setting = (
+            self.confluent_key_schema_validation
+            if is_key
+            else self.confluent_value_schema_validation
+        )
+        return setting == "true"
+
+    def subject_strategy(self, *, is_key: bool) -> str:
+        if is_key:
+            return self.confluent_key_subject_name_strategy
+        return self.confluent_value_subject_name_strategy
 
     @property
     def compacted(self) -> bool:
@@ -93,6 +122,11 @@ BROKER_NAMES = {
     "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
     "delta.log.retention.ms": "delta.log.retention.ms",
+    **{
+        f"confluent.{side}.{name}": f"confluent.{side}.{name}"
+        for side in ("key", "value")
+        for name in ("schema.validation", "subject.name.strategy")
+    },
 }
 
 
@@ -142,6 +176,8 @@ def _field_for(kafka_name: str) -> dataclasses.Field:
 def _parse_value(field: dataclasses.Field, kafka_name: str, raw: object) -> object:
     if "choices" in field.metadata:
         value = str(raw).strip()
+        if field.metadata["choices"] is BOOLEANS:
+            value = value.lower()
         if value.replace(" ", "") not in field.metadata["choices"]:
             choices = ", ".join(field.metadata["choices"])
             raise InvalidConfig(f"Invalid value '{raw}' for '{kafka_name}': use one of {choices}.")

@@ -38,7 +38,9 @@ from api.core.records import (
     RecordQueued,
 )
 from api.core.scheduled_jobs import ScheduledJobs
+from api.core.schemas.errors import RecordSchemaInvalid
 from api.core.schemas.registry import SchemaRegistry
+from api.core.schemas.typed_records import TypedRecords
 from api.core.topics import Topics
 from api.core.transaction_participants import TransactionParticipants
 from api.core.transaction_requests import TransactionRequests
@@ -112,6 +114,7 @@ class Broker:
         self.transaction_participants = transaction_participants
         self.scheduled_jobs = scheduled_jobs  # None unless this node runs maintenance
         self.schemas = schemas
+        self.typed_records = TypedRecords(schemas, blocking)
 
     def begin_close(self) -> None:
         """Refuse new appends and end long polls: the node is closing."""
@@ -170,6 +173,7 @@ class Broker:
         """
         topic = await self.topics.get(topic_name)
         results: list = [None] * len(records)
+        await self._validate_schemas(topic, records, results)
         by_partition = self._route(topic, records, results)
         if idempotence is not None and idempotence.transactional_id is not None:
             await self._add_to_transaction(topic_name, by_partition, idempotence, results)
@@ -206,10 +210,23 @@ class Broker:
                     results[index] = error
             by_partition.clear()
 
+    async def _validate_schemas(self, topic: TopicInfo, records, results: list) -> None:
+        """Record by record, the topic's schema validation (a refused record fails alone)."""
+        config = topic.config
+        if not (config.validates_schema(is_key=True) or config.validates_schema(is_key=False)):
+            return
+        for index, produce_record in enumerate(records):
+            try:
+                await self.typed_records.attach(topic.name, config, [produce_record.record])
+            except RecordSchemaInvalid as error:
+                results[index] = error.at(index)
+
     def _route(self, topic: TopicInfo, records, results) -> dict[int, list[int]]:
         round_robin = self._round_robin.setdefault(topic.name, RoundRobin())
         by_partition: dict[int, list[int]] = {}
         for index, produce_record in enumerate(records):
+            if results[index] is not None:
+                continue  # refused already
             record = produce_record.record
             try:
                 produce_rules.check_size(topic, record.size_bytes(), index=index)
@@ -291,6 +308,8 @@ class Broker:
         route = await self.leaders.route(topic_name, partition)
         if route.writer is not None:
             size_bytes = records_size_bytes(batch)
+            topic = await self.topics.get(topic_name)
+            batch = await self.typed_records.attach(topic_name, topic.config, batch)
             return route.writer.submit(batch, size_bytes, producer, transaction)
         if not forward:
             raise NotLeader(

@@ -38,6 +38,11 @@ PRODUCED_BYTES = Counter(
     ["topic"],
     registry=REGISTRY,
 )
+TYPED_DECODE_FAILURES = Counter(
+    "lakelog_typed_decode_failures",
+    "Keys and values naming a registered schema that did not decode (stored untyped).",
+    registry=REGISTRY,
+)
 FETCHED_RECORDS = Counter(
     "lakelog_fetched_records",
     "Records returned by fetches served by this node (leader or follower reads).",

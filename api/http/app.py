@@ -35,6 +35,7 @@ from api.http.routes import (
     v3_topics,
     v3_transactions,
 )
+from api.http.schema_formats import SchemaFormats
 from api.http.security_middleware import SecurityMiddleware
 from api.security.state import SecurityState
 from api.version import VERSION
@@ -71,6 +72,7 @@ class HttpFrontEnd:
         )
         self.app.state.broker = broker
         self.app.state.consumers = consumers
+        self.app.state.schema_formats = SchemaFormats(broker.schemas)
         expiry = consumers.expire_idle_forever(settings.heartbeat_ms / 1000)
         self._tasks.append(asyncio.get_running_loop().create_task(expiry))
 

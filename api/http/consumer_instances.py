@@ -48,13 +48,15 @@ from api.core.groups.errors import (
 )
 from api.core.groups.group import GroupState, JoinRequest, Subscription
 from api.http import remote_reads
+from api.http.schema_formats import SchemaFormats
+from api.http.wire import BINARY, SCHEMA_FORMATS
 from storage_layout.errors import OffsetOutOfRange
 from storage_layout.meta.consumer_offsets import CommittedOffset, OffsetCommit
 from storage_layout.records import Isolation, TopicPartition
 
 log = logging.getLogger("lakelog.consumers")
 
-FORMATS = ("binary", "json")
+FORMATS = ("binary", "json", *SCHEMA_FORMATS)
 OFFSET_RESETS = ("earliest", "latest", "none")
 AUTO_COMMIT_INTERVAL_S = 5.0  # Kafka's auto.commit.interval.ms default
 EXPIRED_KEPT = 1024  # expired instance names remembered for a clear 404 message
@@ -84,8 +86,8 @@ class InstanceConfig:
         embedded = str(body.get("format") or "binary").lower()
         if embedded not in FORMATS:
             raise InvalidConsumerConfig(
-                f"format '{embedded}' is not supported: use binary or json (avro, jsonschema "
-                f"and protobuf need a Schema Registry)."
+                f"format '{embedded}' is not supported: use binary, json, avro, jsonschema or "
+                f"protobuf."
             )
         reset = str(body.get("auto.offset.reset") or "latest").lower()
         if reset not in OFFSET_RESETS:
@@ -138,6 +140,7 @@ class ConsumerInstances:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._broker = broker
+        self._schema_formats = SchemaFormats(broker.schemas)
         self._coordinator = coordinator
         self._timeout_ms = instance_timeout_ms
         self._request_timeout_max_ms = request_timeout_max_ms
@@ -496,6 +499,8 @@ class ConsumerInstances:
         """Fetch from the instance's position and advance it past what the read passed
         (records, and the markers and aborted records it left out)."""
         position = instance.positions[tp]
+        embedded = instance.config.embedded
+        schema_format = embedded in SCHEMA_FORMATS  # fetched binary, decoded here
         try:
             fetched = await remote_reads.fetch_items(
                 self._broker,
@@ -504,7 +509,7 @@ class ConsumerInstances:
                 offset=position,
                 bytes_max=bytes_max,
                 timeout_ms=timeout_ms,
-                embedded=instance.config.embedded,
+                embedded=BINARY if schema_format else embedded,
                 isolation=instance.config.isolation,
             )
         except OffsetOutOfRange as error:
@@ -516,9 +521,12 @@ class ConsumerInstances:
             return []
         if fetched.next_offset is None or instance.positions.get(tp) != position:
             return []  # nothing read, or a seek moved the position meanwhile
+        items = fetched.items
+        if schema_format:
+            items = await self._schema_formats.decode_items(items, embedded)
         # Past the last row read, records left out included (markers, aborted records).
         instance.positions[tp] = fetched.next_offset
-        return fetched.items
+        return items
 
     async def _maybe_auto_commit(self, instance: ConsumerInstance, *, force: bool = False) -> None:
         if not instance.config.auto_commit or not instance.positions:

@@ -64,6 +64,7 @@ from api.core.schemas.errors import (
     InvalidVersion,
     ModeNotConfigured,
     OperationNotPermitted,
+    RecordSchemaInvalid,
     ReferenceExists,
     SchemaNotFound,
     SubjectNotFound,
@@ -172,6 +173,8 @@ REGISTRY_STATUS: dict[type[Exception], tuple[int, int]] = {
     OperationNotPermitted: (422, 42205),
     ReferenceExists: (422, 42206),
     InvalidSubject: (422, 42208),
+    # a record refused by its topic's schema validation: the REST Proxy's "schema" code
+    RecordSchemaInvalid: (422, 42205),
 }
 ERROR_STATUS = REGISTRY_STATUS | ERROR_STATUS
 SECURITY_STATUS: dict[type[Exception], tuple[int, int]] = {
@@ -300,5 +303,6 @@ def _describe_validation(error: RequestValidationError) -> str:
     return "Invalid request: " + "; ".join(parts)
 
 
-# Codes a v2 produce response reports per record as they are (others become 50002/50003).
-PER_RECORD_CODES = frozenset({40401, 40402, 40904, 40905, 40906, 40907})
+# Codes a v2 produce response reports per record as they are (others become 50002/50003):
+# unknown topic or partition, idempotent-producer rejections, the topic's schema validation.
+PER_RECORD_CODES = frozenset({40401, 40402, 40904, 40905, 40906, 40907, 42205})

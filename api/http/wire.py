@@ -27,6 +27,10 @@ JSON = "json"
 RECORD_MEDIA_TYPES = {
     BINARY: "application/vnd.kafka.binary.v2+json",
     JSON: "application/vnd.kafka.json.v2+json",
+    # the schema formats (api/http/schema_formats.py)
+    "avro": "application/vnd.kafka.avro.v2+json",
+    "jsonschema": "application/vnd.kafka.jsonschema.v2+json",
+    "protobuf": "application/vnd.kafka.protobuf.v2+json",
 }
 
 _V2_TYPE = re.compile(
@@ -38,7 +42,7 @@ _LENIENT_BINARY_TYPES = (
     "application/octet-stream",
     "application/vnd.kafka+json",
 )
-_SCHEMA_FORMATS = ("avro", "jsonschema", "protobuf")
+SCHEMA_FORMATS = ("avro", "jsonschema", "protobuf")
 
 
 def produce_format(content_type: str | None) -> str:
@@ -46,23 +50,14 @@ def produce_format(content_type: str | None) -> str:
     media = (content_type or "").split(";")[0].strip().lower()
     match = _V2_TYPE.fullmatch(media)
     if match:
-        embedded = match.group(1) or BINARY
-        if embedded in _SCHEMA_FORMATS:
-            raise ApiError(
-                415,
-                415,
-                f"Embedded format '{embedded}' needs a Schema Registry, which lakelog does not "
-                f"have; use application/vnd.kafka.binary.v2+json or application/vnd.kafka.json."
-                f"v2+json.",
-            )
-        return embedded
+        return match.group(1) or BINARY
     if media in _LENIENT_BINARY_TYPES:
         return BINARY
     raise ApiError(
         415,
         415,
-        f"Unsupported Content-Type '{content_type}': use application/vnd.kafka.binary.v2+json "
-        f"or application/vnd.kafka.json.v2+json.",
+        f"Unsupported Content-Type '{content_type}': use application/vnd.kafka."
+        f"<binary|json|avro|jsonschema|protobuf>.v2+json.",
     )
 
 
@@ -73,13 +68,13 @@ def fetch_format(accept: str | None) -> str:
         if media in ("*/*", "application/*", "application/json", "application/vnd.kafka.v2+json"):
             return BINARY
         match = _V2_TYPE.fullmatch(media)
-        if match and (match.group(1) or BINARY) in (BINARY, JSON):
+        if match:
             return match.group(1) or BINARY
     raise ApiError(
         406,
         40601,
-        f"Cannot return records as '{accept}': accept application/vnd.kafka.binary.v2+json or "
-        f"application/vnd.kafka.json.v2+json.",
+        f"Cannot return records as '{accept}': accept application/vnd.kafka."
+        f"<binary|json|avro|jsonschema|protobuf>.v2+json.",
     )
 
 
@@ -404,7 +399,7 @@ def _is_int(value: object) -> bool:
 
 # ---- v3 produce ----------------------------------------------------------------------------
 
-V3_TYPES = ("BINARY", "JSON", "STRING")
+V3_TYPES = ("BINARY", "JSON", "STRING")  # AVRO, JSONSCHEMA, PROTOBUF: schema_formats.py
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,7 +417,7 @@ class V3Record:
 def parse_v3_record(document: object, limits: RecordLimits) -> V3Record:
     """`{"partition_id"?, "headers"?, "key"?: {"type", "data"}, "value"?: {...}, "timestamp"?}`.
 
-    A missing `type` means JSON (lakelog has no Schema Registry to look one up). Extension:
+    A missing `type` means JSON; schema types are serialized before (schema_formats.py). Extension:
     `producer_id`, `producer_epoch`, `sequence` make the record an idempotent batch of one;
     with `transactional_id`, one of that id's open transaction (routes/v3_transactions.py).
     """
@@ -458,7 +453,10 @@ def _v3_data(section: object, field: str) -> tuple[str | None, bytes | None]:
     data = section.get("data")
     if kind not in V3_TYPES:
         raise ApiError(
-            400, 400, f"'{field}.type' {kind!r} is not supported: use BINARY, JSON or STRING."
+            400,
+            400,
+            f"'{field}.type' {kind!r} is not supported: use BINARY, JSON, STRING, AVRO, "
+            "JSONSCHEMA or PROTOBUF.",
         )
     if data is None:
         return kind, None

@@ -14,17 +14,22 @@ Kinds:
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from storage_layout.errors import InvalidSchema
 from storage_layout.meta.documents import DocumentTable, DocumentView, Write
-from storage_layout.schemas.model import Reference
+from storage_layout.schemas.model import REFERENCE_DEPTH_MAX, ParsedSchema, Reference
+from storage_layout.schemas.parsing import parse_schema
 
 SCHEMAS_TABLE = "schemas"
 KIND_SCHEMA, KIND_FINGERPRINT, KIND_SUBJECT = "schema", "fingerprint", "subject"
 KIND_CONFIG, KIND_MODE = "config", "mode"
 GLOBAL = ""  # the name of the registry-wide config and mode
+PARSED_CACHE_SIZE = 1024
 T = TypeVar("T")
 
 
@@ -125,6 +130,12 @@ def mode_write(subject: str, mode: str | None) -> Write:
     return Write(KIND_MODE, subject, None if mode is None else {"mode": mode})
 
 
+def latest_live(view: RegistryView, subject: str) -> StoredSchema | None:
+    """The schema of `subject`'s newest version that is not deleted, or None."""
+    live = [v for v in view.versions(subject) if not v.deleted]
+    return None if not live else view.schema(live[-1].id)
+
+
 class SchemaTable:
     """`_meta/schemas` of a root: read by every node, changed by compare-and-set."""
 
@@ -147,6 +158,62 @@ class SchemaTable:
         """`decide` on the latest state; its writes (a list of `Write`s, or an object with a
         `writes` attribute) are committed together, or it decides again (DocumentTable)."""
         return self._table.transact(lambda documents: decide(RegistryView(documents)))
+
+
+class SchemaParser:
+    """Schemas parsed with their references resolved (each reference names a subject
+    version, itself parsed so), cached: the same text and references parse the same way."""
+
+    def __init__(self, cache_size: int = PARSED_CACHE_SIZE) -> None:
+        self._lock = threading.Lock()
+        self._parsed: OrderedDict[object, ParsedSchema] = OrderedDict()
+        self._cache_size = cache_size
+
+    def stored(self, stored: StoredSchema, view: RegistryView) -> ParsedSchema:
+        return self.parse(stored.schema_type, stored.text, stored.references, view)
+
+    def parse(
+        self,
+        schema_type: str,
+        text: str,
+        references: tuple[Reference, ...],
+        view: RegistryView,
+        depth: int = 0,
+    ) -> ParsedSchema:
+        """`text` parsed with its references resolved in `view`.
+
+        Raises:
+            InvalidSchema: it does not parse, or a reference is not registered.
+        """
+        key = (schema_type, text, references)
+        with self._lock:
+            if key in self._parsed:
+                self._parsed.move_to_end(key)
+                return self._parsed[key]
+        if depth > REFERENCE_DEPTH_MAX:
+            raise InvalidSchema(
+                f"References nest deeper than {REFERENCE_DEPTH_MAX} levels (or form a circle)."
+            )
+        resolved = [(r, self._resolve(r, view, depth)) for r in references]
+        parsed = parse_schema(schema_type, text, resolved)
+        with self._lock:
+            self._parsed[key] = parsed
+            while len(self._parsed) > self._cache_size:
+                self._parsed.popitem(last=False)
+        return parsed
+
+    def _resolve(self, reference: Reference, view: RegistryView, depth: int) -> ParsedSchema:
+        version = next(
+            (v for v in view.versions(reference.subject) if v.version == reference.version),
+            None,
+        )
+        stored = None if version is None else view.schema(version.id)
+        if stored is None:
+            raise InvalidSchema(
+                f"Reference {reference.name!r} names subject '{reference.subject}' version "
+                f"{reference.version}, which is not registered: register it first."
+            )
+        return self.parse(stored.schema_type, stored.text, stored.references, view, depth + 1)
 
 
 def _stored(schema_id: int, document: dict) -> StoredSchema:

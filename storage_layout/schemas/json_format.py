@@ -52,6 +52,10 @@ class JsonSchema(ParsedSchema):
         document = load_json(compact_json(self.document, sort_keys=True), "JSON")
         return _build(document, self.references, self.resources)
 
+    def resolve(self, schema: Any) -> Any:
+        """`schema` with its `$ref` followed (a local pointer or a referenced schema)."""
+        return resolve_ref(self, schema)
+
     def validation_errors(self, document: Any) -> list[str]:
         """Why `document` is not valid for this schema (empty: it is)."""
         return [
@@ -131,20 +135,7 @@ class _Comparison:
         return errors
 
     def _resolve(self, side: str, schema: Any) -> Any:
-        """`schema` with its `$ref` followed (a local pointer or a referenced schema)."""
-        for _ in range(_NESTING_MAX):
-            if not (isinstance(schema, dict) and isinstance(schema.get("$ref"), str)):
-                return schema
-            root = self._documents[side]
-            url, _, pointer = schema["$ref"].partition("#")
-            target = root.document if not url else dict(root.resources).get(url)
-            if target is None:
-                return True  # unresolvable here: the validator reports it at produce time
-            for part in filter(None, pointer.split("/")):
-                part = part.replace("~1", "/").replace("~0", "~")
-                target = target.get(part) if isinstance(target, dict) else None
-            schema = True if target is None else target
-        return schema
+        return resolve_ref(self._documents[side], schema)
 
     def _combined(self, reader: dict, writer: dict, path: str, depth: int) -> list[str] | None:
         """anyOf/oneOf/allOf: every writer alternative read by some reader alternative."""
@@ -212,6 +203,23 @@ class _Comparison:
         if reader.get("uniqueItems") and not writer.get("uniqueItems"):
             errors.append(f"{path}/uniqueItems: UNIQUE_ITEMS_ADDED")
         return errors
+
+
+def resolve_ref(root: JsonSchema, schema: Any) -> Any:
+    """`schema` (a part of `root`) with its `$ref`s followed, to a local pointer or to a
+    referenced schema; True (anything) when a target is not there."""
+    for _ in range(_NESTING_MAX):
+        if not (isinstance(schema, dict) and isinstance(schema.get("$ref"), str)):
+            return schema
+        url, _, pointer = schema["$ref"].partition("#")
+        target = root.document if not url else dict(root.resources).get(url)
+        if target is None:
+            return True  # unresolvable here: the validator reports it
+        for part in filter(None, pointer.split("/")):
+            part = part.replace("~1", "/").replace("~0", "~")
+            target = target.get(part) if isinstance(target, dict) else None
+        schema = True if target is None else target
+    return schema
 
 
 def _accepts_anything(schema: Any) -> bool:

@@ -63,7 +63,7 @@ def test_create_delete_and_duplicate_instances(client, topic_name):
     assert client.delete(consumer + "/").status_code == 204  # trailing slash accepted
     assert_error(client.delete(consumer), 404, 40403)
     assert_error(client.post(f"/consumers/{group}", json={"fetch.min.bytes": -10}), 422, 42204)
-    assert_error(client.post(f"/consumers/{group}", json={"format": "avro"}), 422, 42204)
+    assert_error(client.post(f"/consumers/{group}", json={"format": "cbor"}), 422, 42204)
 
 
 def test_first_fetch_after_subscribe_returns_existing_data(client, topic_name):

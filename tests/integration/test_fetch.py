@@ -94,7 +94,7 @@ def test_json_format_on_non_json_bytes_is_422(client, topic_name):
 
 
 @pytest.mark.parametrize(
-    "accept", ["text/plain", "application/vnd.kafka.avro.v2+json", "application/xml"]
+    "accept", ["text/plain", "application/vnd.kafka.cbor.v2+json", "application/xml"]
 )
 def test_unsupported_accept_is_406_40601(client, three_records, accept):
     """An Accept the gateway cannot produce is 406 40601."""

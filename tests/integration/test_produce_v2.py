@@ -290,9 +290,7 @@ def test_json_content_types_accepted(client, shared_topic, content_type):
 @pytest.mark.parametrize(
     "content_type",
     [
-        "application/vnd.kafka.avro.v2+json",
-        "application/vnd.kafka.jsonschema.v2+json",
-        "application/vnd.kafka.protobuf.v2+json",
+        "application/vnd.kafka.cbor.v2+json",
         "application/vnd.kafka.v3+json",
         "application/vnd.kafka.binary.v1+foo",
         "application/vnd.kafka.avro.v0+json",
@@ -304,7 +302,7 @@ def test_json_content_types_accepted(client, shared_topic, content_type):
     ],
 )
 def test_unsupported_content_types_are_415(client, shared_topic, content_type):
-    """Schema-registry formats, other versions and non-JSON types are 415; nothing is written."""
+    """Unknown formats, other versions and non-JSON types are 415; nothing is written."""
     before = _end_offset(client, shared_topic)
     response = produce(client, shared_topic, [{"value": b64("x")}], content_type=content_type)
     assert_error(response, 415, 415)

@@ -208,7 +208,8 @@ def test_empty_body_is_422_42206(client, shared_topic):
         ({"partition_id": 5}, 404, 40403),
         ({"partition_id": "0"}, 400, 400),
         ({"value": {"type": "BINARY", "data": "not base64!"}}, 400, 400),
-        ({"value": {"type": "AVRO", "data": 1}}, 400, 400),
+        ({"value": {"type": "CBOR", "data": 1}}, 400, 400),
+        ({"value": {"type": "AVRO", "data": 1}}, 422, 42205),  # no schema for the subject
         ({"value": {"type": "STRING", "data": 5}}, 400, 400),
         ({"value": "plain"}, 400, 400),
         ({"headers": [{"name": "h", "value": "!!"}]}, 400, 400),

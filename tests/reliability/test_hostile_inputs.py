@@ -510,13 +510,13 @@ CASES = [
     ("path-encoded-nul", "POST", "/topics/a%00b", _v2(RECORD), 404, 40401),
     ("path-long-topic", "GET", "/topics/" + "x" * 10_000, {}, 404, 40401),
     ("unknown-content-type-v2", "POST", f"/topics/{TOPIC}", _v2(RECORD, "text/plain"), 415, 415),
-    (
+    (  # a schema format without the schema its values need
         "avro-content-type-v2",
         "POST",
         f"/topics/{TOPIC}",
         _v2(RECORD, "application/vnd.kafka.avro.v2+json"),
-        415,
-        415,
+        422,
+        42202,
     ),
     (
         "unknown-content-type-pydantic",

@@ -129,3 +129,24 @@ class ReferenceExists(RegistryError):
 
 class InvalidSubject(RegistryError):
     code = "INVALID_SUBJECT"
+
+
+class RecordSchemaInvalid(BrokerError):
+    """A key or value refused by the topic's schema validation (Kafka's INVALID_RECORD)."""
+
+    code = "INVALID_RECORD"
+
+    def __init__(self, *, topic: str, index: int, is_key: bool, reason: str) -> None:
+        side = "key" if is_key else "value"
+        super().__init__(
+            f"Record {index}'s {side} was refused: topic {topic!r} validates {side}s against "
+            f"the schema registry (confluent.{side}.schema.validation=true), and {reason}."
+        )
+        self.index = index
+        self.topic, self.is_key, self.reason = topic, is_key, reason
+
+    def at(self, index: int) -> RecordSchemaInvalid:
+        """The same refusal, of the record at `index` of a larger request."""
+        return RecordSchemaInvalid(
+            topic=self.topic, index=index, is_key=self.is_key, reason=self.reason
+        )

@@ -14,9 +14,7 @@ Blocking (storage I/O, protoc for Protobuf text): front-ends call it from a work
 from __future__ import annotations
 
 import re
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -38,11 +36,11 @@ from api.core.schemas.errors import (
     VersionNotSoftDeleted,
     VersionSoftDeleted,
 )
-from storage_layout.errors import InvalidSchema
 from storage_layout.meta.documents import Write
 from storage_layout.meta.schemas import (
     GLOBAL,
     RegistryView,
+    SchemaParser,
     SchemaTable,
     StoredSchema,
     SubjectVersion,
@@ -52,8 +50,7 @@ from storage_layout.meta.schemas import (
     versions_write,
 )
 from storage_layout.schemas.compatibility import DEFAULT_LEVEL, LEVELS, incompatibilities
-from storage_layout.schemas.model import AVRO, REFERENCE_DEPTH_MAX, ParsedSchema, Reference
-from storage_layout.schemas.parsing import parse_schema
+from storage_layout.schemas.model import AVRO, ParsedSchema, Reference
 
 READWRITE, READONLY, READONLY_OVERRIDE, IMPORT = (
     "READWRITE",
@@ -64,7 +61,6 @@ READWRITE, READONLY, READONLY_OVERRIDE, IMPORT = (
 MODES = (READWRITE, READONLY, READONLY_OVERRIDE, IMPORT)
 VERSION_MAX = 2**31 - 1
 SUBJECT_CHARS_MAX = 1024
-PARSED_CACHE_SIZE = 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -93,8 +89,7 @@ class SchemaRegistry:
         self._table = SchemaTable(root)
         self._refresh_interval_ms = refresh_interval_ms
         self._refreshed_at = time.monotonic()
-        self._lock = threading.Lock()
-        self._parsed: OrderedDict[object, ParsedSchema] = OrderedDict()
+        self._parser = SchemaParser()
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -120,7 +115,7 @@ class SchemaRegistry:
 
     def parsed(self, stored: StoredSchema) -> ParsedSchema:
         """A stored schema, parsed (cached: a schema id never changes meaning)."""
-        return self._parse(stored.schema_type, stored.text, stored.references, self.view())
+        return self._parser.parse(stored.schema_type, stored.text, stored.references, self.view())
 
     def subjects(self, *, prefix: str = "", deleted: bool = False) -> list[str]:
         view = self.view()
@@ -150,9 +145,11 @@ class SchemaRegistry:
             raise VersionNotFound(subject, spec)
         return Registered(chosen, self._stored(view, chosen.id))
 
-    def subject_versions_of(self, schema_id: int, *, deleted: bool = False) -> list[SubjectVersion]:
+    def subject_versions_of(
+        self, schema_id: int, *, deleted: bool = False, fresh: bool = False
+    ) -> list[SubjectVersion]:
         self.schema_by_id(schema_id)
-        return self._versions_of_id(schema_id, deleted=deleted)
+        return self._versions_of_id(schema_id, deleted=deleted, view=self.view(fresh=fresh))
 
     def referenced_by(self, subject: str, spec: str) -> list[int]:
         """Ids of the schemas whose references name this subject version."""
@@ -272,7 +269,7 @@ class SchemaRegistry:
         previous = []
         for version in versions:
             stored = self._stored(view, version.id)
-            parsed = self._parse(stored.schema_type, stored.text, stored.references, view)
+            parsed = self._parser.parse(stored.schema_type, stored.text, stored.references, view)
             previous.append((version.version, parsed))
         return previous
 
@@ -444,47 +441,8 @@ class SchemaRegistry:
     def _request_schema(
         self, request: SchemaRequest, view: RegistryView, normalize: bool
     ) -> ParsedSchema:
-        parsed = self._parse(request.schema_type, request.text, request.references, view)
+        parsed = self._parser.parse(request.schema_type, request.text, request.references, view)
         return parsed.normalized() if normalize else parsed
-
-    def _parse(
-        self,
-        schema_type: str,
-        text: str,
-        references: tuple[Reference, ...],
-        view: RegistryView,
-        depth: int = 0,
-    ) -> ParsedSchema:
-        """`text` parsed with its references resolved, from the cache when seen before."""
-        key = (schema_type, text, references)
-        with self._lock:
-            if key in self._parsed:
-                self._parsed.move_to_end(key)
-                return self._parsed[key]
-        if depth > REFERENCE_DEPTH_MAX:
-            raise InvalidSchema(
-                f"References nest deeper than {REFERENCE_DEPTH_MAX} levels (or form a circle)."
-            )
-        resolved = [(r, self._resolve(r, view, depth)) for r in references]
-        parsed = parse_schema(schema_type, text, resolved)
-        with self._lock:
-            self._parsed[key] = parsed
-            while len(self._parsed) > PARSED_CACHE_SIZE:
-                self._parsed.popitem(last=False)
-        return parsed
-
-    def _resolve(self, reference: Reference, view: RegistryView, depth: int) -> ParsedSchema:
-        version = next(
-            (v for v in view.versions(reference.subject) if v.version == reference.version),
-            None,
-        )
-        if version is None:
-            raise InvalidSchema(
-                f"Reference {reference.name!r} names subject '{reference.subject}' version "
-                f"{reference.version}, which is not registered: register it first."
-            )
-        stored = self._stored(view, version.id)
-        return self._parse(stored.schema_type, stored.text, stored.references, view, depth + 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import orjson
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
@@ -20,7 +21,14 @@ from api.core.records import FetchRequest
 from api.http.deps import BrokerDep
 from api.http.errors import ApiError
 from api.http.forwarding import NEXT_OFFSET_HEADER, SERVED_BY_HEADER, proxy_to_leader
-from api.http.wire import RECORD_MEDIA_TYPES, fetch_format, records_to_json
+from api.http.wire import (
+    BINARY,
+    RECORD_MEDIA_TYPES,
+    SCHEMA_FORMATS,
+    fetch_format,
+    records_to_items,
+    records_to_json,
+)
 from storage_layout.records import Isolation
 
 router = APIRouter(tags=["records"])
@@ -65,11 +73,18 @@ async def fetch_records(
         result = await broker.read_as_follower(fetch)
         if result is None:  # the head: the leader's tail and long-poll answer
             return await proxy_to_leader(request, broker, leader_url)
-    body = records_to_json(result.records, topic=topic, partition=partition, embedded=embedded)
+    body = await _records_body(request, result.records, topic, partition, embedded)
     headers = {SERVED_BY_HEADER: str(settings.node_id)}
     if result.next_offset is not None:
         headers[NEXT_OFFSET_HEADER] = str(result.next_offset)
     return Response(body, media_type=RECORD_MEDIA_TYPES[embedded], headers=headers)
+
+
+async def _records_body(request: Request, records, topic: str, partition: int, embedded: str):
+    if embedded not in SCHEMA_FORMATS:
+        return records_to_json(records, topic=topic, partition=partition, embedded=embedded)
+    items = records_to_items(records, topic=topic, partition=partition, embedded=BINARY)
+    return orjson.dumps(await request.app.state.schema_formats.decode_items(items, embedded))
 
 
 def isolation_from(isolation_level: str) -> Isolation:

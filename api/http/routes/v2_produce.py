@@ -15,8 +15,11 @@ from api.http.errors import JSON_TYPE, PER_RECORD_CODES, count_error, status_for
 from api.http.wire import (
     ACKS_DESCRIPTION,
     ACKS_PATTERN,
+    BINARY,
+    SCHEMA_FORMATS,
     RecordLimits,
     acks_mode,
+    parse_json,
     parse_v2_produce,
     produce_format,
 )
@@ -69,6 +72,9 @@ _BODY_DOC = {
             for media in (
                 "application/vnd.kafka.binary.v2+json",
                 "application/vnd.kafka.json.v2+json",
+                "application/vnd.kafka.avro.v2+json",
+                "application/vnd.kafka.jsonschema.v2+json",
+                "application/vnd.kafka.protobuf.v2+json",
             )
         },
     }
@@ -98,8 +104,15 @@ async def _produce(topic, partition: int | None, request: Request, broker: Broke
     info = await broker.topics.get(topic)  # unknown topic is 404 before the body is parsed
     if partition is not None:
         info.check_partition(partition)
+    body, schema_ids = await request.body(), (None, None)
+    if embedded in SCHEMA_FORMATS:  # JSON values serialized with their schemas: binary
+        document = parse_json(body)
+        if isinstance(document, dict):
+            formats = request.app.state.schema_formats
+            schema_ids = await formats.v2_records(topic, embedded, document)
+            body, embedded = orjson.dumps(document), BINARY
     parsed = parse_v2_produce(
-        await request.body(),
+        body,
         embedded,
         partition=partition,
         limits=RecordLimits.from_settings(broker.settings),
@@ -111,13 +124,14 @@ async def _produce(topic, partition: int | None, request: Request, broker: Broke
         topic, parsed.records, idempotence=parsed.idempotence, acks=acks_mode(acks)
     )
     status = _status(results)
-    return Response(orjson.dumps(_response(results, status)), status, media_type=JSON_TYPE)
+    answer = _response(results, status, schema_ids)
+    return Response(orjson.dumps(answer), status, media_type=JSON_TYPE)
 
 
-def _response(results, status: int) -> dict:
+def _response(results, status: int, schema_ids: tuple[int | None, int | None]) -> dict:
     body = {
-        "key_schema_id": None,
-        "value_schema_id": None,
+        "key_schema_id": schema_ids[0],
+        "value_schema_id": schema_ids[1],
         "offsets": [_offset_entry(result) for result in results],
     }
     if status >= 300:

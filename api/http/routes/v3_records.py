@@ -156,9 +156,11 @@ class _Producer:
 
     async def __call__(self, document) -> dict:
         """The delivery report of one record (an error report if it could not be produced)."""
+        sections: dict[str, dict] = {}
         try:
             if isinstance(document, Exception):
                 raise document
+            document, sections = await self._serialized(document)
             record = parse_v3_record(document, self.limits)
             if record.idempotence is not None:  # a producer id is bound to its principal
                 await access.check_producer(self.request, record.idempotence.producer_id)
@@ -170,7 +172,24 @@ class _Producer:
                 raise result
         except Exception as error:
             return error_body(status_for(error, v3=True)[1], str(error))
-        return _report(self.cluster_id, self.topic, record, result)
+        report = _report(self.cluster_id, self.topic, record, result)
+        for field, section in sections.items():
+            report[field] = {**report[field], **section}
+        return report
+
+    async def _serialized(self, document: object) -> tuple[object, dict[str, dict]]:
+        """A record whose key or value has a schema type (AVRO, JSONSCHEMA, PROTOBUF), with
+        them serialized as BINARY; what its report says of them."""
+        if not isinstance(document, dict):
+            return document, {}
+        formats = self.request.app.state.schema_formats
+        sections = {}
+        for field in ("key", "value"):
+            section, report = await formats.v3_section(self.topic, document.get(field), field)
+            if report:
+                document = {**document, field: section}
+                sections[field] = report
+        return document, sections
 
 
 def _report(cluster_id: str, topic: str, record: V3Record, ack: RecordAck | RecordQueued) -> dict:

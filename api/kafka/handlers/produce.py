@@ -87,11 +87,18 @@ async def _outcome(outcome: _Queued | Exception) -> dict:
             raise outcome
         ack = await outcome.pending
     except Exception as error:
-        return {
+        answer = {
             "error_code": error_code(error),
             "base_offset": -1,
             "error_message": error_message(error),
         }
+        index = getattr(error, "index", None)
+        if getattr(error, "code", None) == "INVALID_RECORD" and isinstance(index, int):
+            # which record was refused, and why (ProduceResponse v8+)
+            answer["record_errors"] = [
+                {"batch_index": index, "batch_index_error_message": error_message(error)}
+            ]
+        return answer
     append_time = None
     if outcome.log_append_time:
         append_time = datetime.datetime.fromtimestamp(ack.append_time_ms / 1000, datetime.UTC)

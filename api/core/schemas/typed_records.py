@@ -1,0 +1,330 @@
+"""Typed columns at produce time (FORMAT.md §17), and Confluent's produce-time schema
+validation.
+
+On the partition's leader, an append's keys and values that name a schema of this registry
+(Confluent's wire format: a prefix, or a `__key_schema_id`/`__value_schema_id` header) are
+decoded, and their fields ride with the records to the partition table as typed columns. What
+does not decode stays raw bytes with null typed columns, unless the topic validates
+(`confluent.key|value.schema.validation=true`): then the append is refused, naming the record
+and why, and nothing of it is written.
+
+Registry lookups are cached: a schema id never changes meaning, so its decoder is kept; an id
+the registry does not know is asked again after `UNKNOWN_ID_RETRY_S`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from api.core import metrics
+from api.core.schemas.errors import RecordSchemaInvalid, RegistryError
+from api.core.schemas.registry import SchemaRegistry
+from storage_layout.errors import InvalidSchema
+from storage_layout.log.arrow_records import new_records_table
+from storage_layout.meta.schemas import StoredSchema
+from storage_layout.records import RecordColumns, Records, records_size_bytes
+from storage_layout.schemas import subjects, wire
+from storage_layout.schemas.avro_format import AvroSchema
+from storage_layout.schemas.json_format import JsonSchema
+from storage_layout.schemas.model import PROTOBUF, ParsedSchema
+from storage_layout.schemas.protobuf_format import ProtobufSchema
+from storage_layout.schemas.typed_columns import (
+    KEY_FIELDS,
+    KEY_SCHEMA_ID,
+    SCHEMA_ID_TYPE,
+    VALUE_FIELDS,
+    VALUE_SCHEMA_ID,
+    conform,
+    merge_all,
+)
+from storage_layout.schemas.typed_values import TypedCodec, typed_codec
+from storage_layout.topic_config import TopicConfig
+
+Blocking = Callable[..., Awaitable]
+UNKNOWN_ID_RETRY_S = 5.0
+SUBJECTS_RECHECK_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class _Schema:
+    """A registered schema as typed columns need it."""
+
+    stored: StoredSchema
+    parsed: ParsedSchema
+
+    @property
+    def record_name(self) -> str | None:
+        """What RecordNameStrategy names its subject after."""
+        parsed = self.parsed
+        if isinstance(parsed, AvroSchema):
+            return getattr(parsed.schema, "fullname", None)
+        if isinstance(parsed, JsonSchema) and isinstance(parsed.document, dict):
+            return parsed.document.get("title")
+        return None
+
+
+class TypedRecords:
+    def __init__(self, registry: SchemaRegistry, blocking: Blocking) -> None:
+        self._registry = registry
+        self._blocking = blocking
+        self._schemas: dict[int, _Schema] = {}
+        self._guids: dict[str, int] = {}
+        self._unknown: dict[object, float] = {}  # id or GUID -> when to ask again
+        self._codecs: dict[tuple[int, tuple[int, ...]], TypedCodec | None] = {}
+        self._subjects: dict[int, tuple[float, frozenset[str]]] = {}
+
+    async def attach(self, topic: str, config: TopicConfig, records: Records) -> Records:
+        """`records` with the typed columns of their keys and values (unchanged when none
+        names a schema).
+
+        Raises:
+            RecordSchemaInvalid: the topic validates, and a record fails (the first, by index).
+        """
+        if not isinstance(records, RecordColumns) and not _may_name_schemas(records, config):
+            return records
+        table = new_records_table(records)
+        typed: dict[str, pa.Array] = {}
+        for is_key in (True, False):
+            found = await self._side(topic, config, table, is_key)
+            if found is not None:
+                typed.update(found)
+        if not typed:
+            return records
+        return RecordColumns(table, records_size_bytes(records), pa.table(typed))
+
+    async def _side(
+        self, topic: str, config: TopicConfig, table: pa.Table, is_key: bool
+    ) -> dict[str, pa.Array] | None:
+        column = table.column("key" if is_key else "value")
+        validate = config.validates_schema(is_key=is_key)
+        refs = _refs(column, table.column("headers"), is_key)
+        if refs is None and not validate:
+            return None
+        payloads = column.to_pylist()
+        refs = refs or [None] * len(payloads)
+        ids: list[int | None] = [None] * len(payloads)
+        groups: dict[tuple[int, tuple[int, ...]], list[tuple[int, Any]]] = {}
+        for index, (ref, payload) in enumerate(zip(refs, payloads, strict=True)):
+            outcome = await self._typed_value(topic, config, ref, payload, is_key, validate)
+            if isinstance(outcome, str):
+                raise RecordSchemaInvalid(topic=topic, index=index, is_key=is_key, reason=outcome)
+            if outcome is not None:
+                key, value = outcome
+                ids[index] = key[0]
+                groups.setdefault(key, []).append((index, value))
+        if not groups:
+            return None
+        fields = self._fields_array(groups, len(payloads), ids)
+        names = (KEY_SCHEMA_ID, KEY_FIELDS) if is_key else (VALUE_SCHEMA_ID, VALUE_FIELDS)
+        return {names[0]: pa.array(ids, SCHEMA_ID_TYPE), names[1]: fields}
+
+    async def _typed_value(self, topic, config, ref, payload, is_key, validate):
+        """(codec key, typed value), None (not typed), or why the record is refused."""
+        if payload is None:
+            return "it is null" if validate else None
+        if ref is None:
+            return "it names no schema (Confluent's wire format)" if validate else None
+        schema_id = ref.schema_id if ref.guid is None else await self._id_of_guid(ref.guid)
+        found = None if schema_id is None else await self._schema(schema_id)
+        if found is None:
+            return f"schema {ref.guid or schema_id} is not in the registry" if validate else None
+        try:
+            resolved = ref.resolved(found.parsed.schema_type)
+        except ValueError as error:
+            return f"its message indexes are malformed ({error})" if validate else None
+        key = (schema_id, resolved.message_indexes)
+        codec = self._codec(key, found)
+        data = payload[resolved.payload_at :]
+        if validate:
+            reason = await self._refusal(topic, config, found, codec, data, is_key)
+            if reason is not None:
+                return reason
+        if codec is None:
+            return None
+        try:
+            return key, codec.value(data)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            metrics.TYPED_DECODE_FAILURES.inc()
+            return None
+
+    async def _refusal(self, topic, config, found, codec, data, is_key) -> str | None:
+        subject = _subject(topic, config, found, is_key)
+        if subject is None:
+            return "its schema has no record name for the subject name strategy"
+        if not await self._registered_under(found.stored.id, subject):
+            return f"schema {found.stored.id} is not registered under subject {subject!r}"
+        if codec is None:
+            return "its message indexes name no message of the schema"
+        problems = codec.problems(data)
+        if problems:
+            return f"it does not decode with schema {found.stored.id}: {'; '.join(problems)}"
+        return None
+
+    def _fields_array(self, groups, count: int, ids: list[int | None]) -> pa.Array:
+        """One typed column from each schema's values, in record order; a value that does
+        not convert (its schema's type, unvalidated) is null, and so is its id."""
+        codecs = {key: self._codecs[key] for key in groups}
+        merged = merge_all(codec.form.type for codec in codecs.values() if codec).type
+        pieces, order = [], []
+        for key, items in groups.items():
+            kind = codecs[key].form.type
+            array = _to_arrow([value for _, value in items], kind, ids, [i for i, _ in items])
+            pieces.append(conform(array, merged))
+            order.extend(index for index, _ in items)
+        untyped = [i for i in range(count) if i not in set(order)]
+        pieces.append(pa.nulls(len(untyped), merged))
+        order.extend(untyped)
+        combined = pa.concat_arrays(pieces)
+        positions = [0] * count
+        for position, index in enumerate(order):
+            positions[index] = position
+        return combined.take(pa.array(positions, pa.int64()))
+
+    # ---- registry lookups, cached -------------------------------------------------------------
+
+    async def _schema(self, schema_id: int) -> _Schema | None:
+        found = self._schemas.get(schema_id)
+        if found is not None or self._unknown.get(schema_id, 0) > time.monotonic():
+            return found
+        try:
+            stored = await self._blocking(self._registry.schema_by_id, schema_id)
+            parsed = await self._blocking(self._registry.parsed, stored)
+        except (RegistryError, InvalidSchema):
+            self._unknown[schema_id] = time.monotonic() + UNKNOWN_ID_RETRY_S
+            return None
+        found = self._schemas[schema_id] = _Schema(stored, parsed)
+        return found
+
+    async def _id_of_guid(self, guid: str) -> int | None:
+        if guid in self._guids or self._unknown.get(guid, 0) > time.monotonic():
+            return self._guids.get(guid)
+        try:
+            stored = await self._blocking(self._registry.schema_by_guid, guid)
+        except RegistryError:
+            self._unknown[guid] = time.monotonic() + UNKNOWN_ID_RETRY_S
+            return None
+        self._guids[guid] = stored.id
+        return stored.id
+
+    def _codec(self, key: tuple[int, tuple[int, ...]], found: _Schema) -> TypedCodec | None:
+        if key not in self._codecs:
+            try:
+                self._codecs[key] = typed_codec(found.parsed, key[1])
+            except ValueError:
+                self._codecs[key] = None
+        return self._codecs[key]
+
+    async def _registered_under(self, schema_id: int, subject: str) -> bool:
+        """Whether the id has a version under `subject`: from the cache when it says so, else
+        asked again (a registration a moment ago, maybe on another node), at most every
+        SUBJECTS_RECHECK_S per id."""
+        now = time.monotonic()
+        cached = self._subjects.get(schema_id)
+        if cached is not None and subject in cached[1]:
+            return True
+        if cached is not None and now - cached[0] < SUBJECTS_RECHECK_S:
+            return False
+        versions = await self._blocking(self._registry.subject_versions_of, schema_id, fresh=True)
+        found = frozenset(v.subject for v in versions)
+        self._subjects[schema_id] = (now, found)
+        return subject in found
+
+
+def _may_name_schemas(records, config: TopicConfig) -> bool:
+    """Whether any record object may name a schema (or the topic validates): checked before
+    building columns of them."""
+    if config.validates_schema(is_key=True) or config.validates_schema(is_key=False):
+        return True
+    for record in records:
+        for data in (record.key, record.value):
+            if data is not None and len(data) >= 5 and data[0] == 0:
+                return True
+        if any(name in (wire.KEY_HEADER, wire.VALUE_HEADER) for name, _ in record.headers):
+            return True
+    return False
+
+
+def _refs(column: pa.ChunkedArray, headers: pa.ChunkedArray, is_key: bool):
+    """Each record's schema reference (None: none), or None when no record has one; cheap
+    when none does (one vectorized look at the first bytes and the header names)."""
+    prefixed = pc.any(pc.equal(pc.binary_slice(column, 0, 1), b"\x00")).as_py()
+    name = wire.header_name(is_key=is_key)
+    in_headers = headers.null_count < len(headers) and _has_header(headers, name)
+    if not prefixed and not in_headers:
+        return None
+    payloads = column.to_pylist()
+    header_lists = headers.to_pylist() if in_headers else [None] * len(payloads)
+    refs = []
+    for payload, record_headers in zip(payloads, header_lists, strict=True):
+        refs.append(_LazyRef.of(payload, record_headers, name))
+    return refs
+
+
+def _has_header(headers: pa.ChunkedArray, name: str) -> bool:
+    keys = pc.struct_field(pc.list_flatten(headers), "key")
+    return bool(pc.any(pc.equal(keys, name)).as_py())
+
+
+class _LazyRef:
+    """A schema reference whose Protobuf message indexes are read once the schema's type is
+    known (they are there only for Protobuf)."""
+
+    __slots__ = ("schema_id", "guid", "_data", "_from_header", "_at")
+
+    @classmethod
+    def of(cls, payload: bytes | None, record_headers: list | None, name: str) -> _LazyRef | None:
+        header = next((h["value"] for h in record_headers or () if h["key"] == name), None)
+        if header is not None and len(header) >= 5 and header[0] in (0, 1):
+            return cls(header, from_header=True)
+        if payload is not None and len(payload) >= 5 and payload[0] == 0:
+            return cls(payload, from_header=False)
+        return None
+
+    def __init__(self, data: bytes, *, from_header: bool) -> None:
+        self._data, self._from_header = data, from_header
+        if data[0] == 1:
+            self.schema_id, self.guid, self._at = None, str(uuid.UUID(bytes=bytes(data[1:17]))), 17
+        else:
+            self.schema_id, self.guid, self._at = int.from_bytes(data[1:5], "big"), None, 5
+
+    def resolved(self, schema_type: str) -> wire.SchemaRef:
+        indexes: tuple[int, ...] = ()
+        at = self._at
+        if schema_type == PROTOBUF:
+            indexes, at = wire.read_indexes(self._data, at)
+        return wire.SchemaRef(self.schema_id, self.guid, indexes, 0 if self._from_header else at)
+
+
+def _subject(topic: str, config: TopicConfig, found: _Schema, is_key: bool) -> str | None:
+    strategy = config.subject_strategy(is_key=is_key)
+    if strategy == subjects.TOPIC_NAME:
+        return subjects.topic_subject(topic, is_key=is_key)
+    name = found.record_name
+    if isinstance(found.parsed, ProtobufSchema):
+        name = name or (found.parsed.messages() or [None])[0]
+    if name is None:
+        return None
+    return name if strategy == subjects.RECORD_NAME else f"{topic}-{name}"
+
+
+def _to_arrow(values: list, kind: pa.DataType, ids: list, indexes: list[int]) -> pa.Array:
+    try:
+        return pa.array(values, type=kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        pass
+    converted = []
+    for value, index in zip(values, indexes, strict=True):
+        try:
+            converted.append(pa.array([value], type=kind))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            metrics.TYPED_DECODE_FAILURES.inc()
+            ids[index] = None
+            converted.append(pa.nulls(1, kind))
+    return pa.concat_arrays(converted)

@@ -1,0 +1,101 @@
+"""One schema's typed values: a key or value payload decoded and shaped as its typed column
+(FORMAT.md §17), and checked the way produce-time validation checks it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from storage_layout.schemas.avro_arrow import avro_decoder, avro_form
+from storage_layout.schemas.avro_format import AvroSchema
+from storage_layout.schemas.forms import Form
+from storage_layout.schemas.json_arrow import json_decode, json_form
+from storage_layout.schemas.json_format import JsonSchema
+from storage_layout.schemas.model import ParsedSchema
+from storage_layout.schemas.protobuf_arrow import protobuf_decoder, protobuf_form
+from storage_layout.schemas.protobuf_format import ProtobufSchema
+from storage_layout.schemas.typed_columns import (
+    KEY_FIELDS,
+    KEY_SCHEMA_ID,
+    SCHEMA_ID_TYPE,
+    VALUE_FIELDS,
+    VALUE_SCHEMA_ID,
+)
+from storage_layout.schemas.wire import from_prefix
+
+
+@dataclass(frozen=True, slots=True)
+class TypedCodec:
+    """Decodes payloads of one schema (a Protobuf schema: of one of its messages)."""
+
+    form: Form
+    decode: Callable[[bytes], Any]
+    check: Callable[[Any], list[str]] | None = None  # more than decoding (JSON Schema)
+    protobuf: bool = False  # its wire format carries message indexes
+
+    def value(self, payload: bytes) -> Any:
+        """The payload's value for the typed column.
+
+        Raises:
+            ValueError: the payload is not a value of this schema.
+        """
+        decoded = self.decode(payload)
+        return decoded if self.form.adapt is None else self.form.adapt(decoded)
+
+    def problems(self, payload: bytes) -> list[str]:
+        """Why the payload is not a valid value of this schema (empty: it is)."""
+        try:
+            decoded = self.decode(payload)
+        except ValueError as error:
+            return [str(error)]
+        return [] if self.check is None else self.check(decoded)
+
+
+def typed_codec(parsed: ParsedSchema, message_indexes: tuple[int, ...] = ()) -> TypedCodec:
+    """The codec of `parsed` (for Protobuf, of the message at `message_indexes`).
+
+    Raises:
+        ValueError: the message indexes name no message of the schema.
+    """
+    if isinstance(parsed, AvroSchema):
+        return TypedCodec(avro_form(parsed.parsed), avro_decoder(parsed.parsed))
+    if isinstance(parsed, JsonSchema):
+        return TypedCodec(
+            json_form(parsed.document, parsed.resolve), json_decode, parsed.validation_errors
+        )
+    if isinstance(parsed, ProtobufSchema):
+        try:
+            message = parsed.message_at(message_indexes)
+        except Exception as error:
+            raise ValueError(str(error)) from error
+        return TypedCodec(protobuf_form(message), protobuf_decoder(message), protobuf=True)
+    raise ValueError(f"no typed columns for {parsed.schema_type} schemas")
+
+
+def typed_columns(
+    payloads: list[bytes | None], schema_id: int, codec: TypedCodec, *, is_key: bool
+) -> dict[str, pa.Array]:
+    """The typed columns (FORMAT.md §17) of keys or values all written with `schema_id` in
+    Confluent's wire format (a writer that serialized them itself knows it): a payload that
+    does not decode is null, as at the leader."""
+    ids, values = [], []
+    for payload in payloads:
+        value = None
+        if payload is not None:
+            try:
+                ref = from_prefix(payload, protobuf=codec.protobuf)
+                value = None if ref is None else codec.value(payload[ref.payload_at :])
+            except (ValueError, TypeError, KeyError, AttributeError):
+                value = None
+        ids.append(None if value is None else schema_id)
+        values.append(value)
+    id_name, fields_name = (
+        (KEY_SCHEMA_ID, KEY_FIELDS) if is_key else (VALUE_SCHEMA_ID, VALUE_FIELDS)
+    )
+    return {
+        id_name: pa.array(ids, SCHEMA_ID_TYPE),
+        fields_name: pa.array(values, codec.form.type),
+    }
