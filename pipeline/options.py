@@ -20,6 +20,8 @@ from storage_layout.records import Isolation
 TOPIC_OPTIONS = ("subscribe", "subscribePattern", "assign")
 STORAGE_OPTIONS = "storageOptions"
 ISOLATION_OPTION = "kafka.isolation.level"
+# lakelog's own: the typed columns of keys and values with a registered schema (FORMAT.md §17)
+TYPED_COLUMNS_OPTION = "typedColumns"
 
 # Kafka's sentinels in per-partition offset JSON.
 EARLIEST = -2

@@ -20,6 +20,7 @@ from pipeline.kafka_schema import kafka_schema
 from pipeline.options import (
     EARLIEST,
     LATEST,
+    TYPED_COLUMNS_OPTION,
     OffsetRange,
     parse_offsets,
     resolve_range,
@@ -38,13 +39,17 @@ def read_topic(
     starting_offsets: str | Mapping = "earliest",
     ending_offsets: str | Mapping = "latest",
     include_headers: bool = False,
+    typed_columns: bool = False,
 ) -> DataFrame:
     """Records of `topic` in [starting_offsets, ending_offsets), as Spark's Kafka source reads them.
 
     Columns (exact names, types and order of Spark's Kafka source): key binary, value binary,
     topic string, partition int, offset bigint, timestamp timestamp, timestampType int, and with
     `include_headers` headers array<struct<key string, value binary>> (NULL when a record has no
-    headers). Row order is not guaranteed: sort by (partition, offset) if it matters.
+    headers). Row order is not guaranteed: sort by (partition, offset) if it matters. With
+    `typed_columns`, then the typed columns of keys and values with a registered schema
+    (`key_schema_id`, `key_fields`, `value_schema_id`, `value_fields`: FORMAT.md §17) the topic's
+    tables have.
 
     `starting_offsets` is "earliest" or Kafka's JSON (a string or a dict) `{"topic": {"0": 23}}`
     (-2 earliest, -1 latest; partitions not mentioned start at earliest). `ending_offsets` is
@@ -73,8 +78,10 @@ def read_topic(
         )
         for partition in range(info.partitions)
     ]
-    if not is_local(root):
-        return _through_lakelog(spark, root, topic, ranges, include_headers=include_headers)
+    if typed_columns or not is_local(root):
+        return _through_lakelog(
+            spark, root, topic, ranges, include_headers=include_headers, typed=typed_columns
+        )
     frames = [_empty_frame(spark, kafka_schema(include_headers=include_headers))]
     for offsets in ranges:
         if offsets.start < offsets.end:  # empty ranges need no Spark scan at all
@@ -86,7 +93,13 @@ def read_topic(
 
 
 def _through_lakelog(
-    spark: SparkSession, root: str, topic: str, ranges: list[OffsetRange], *, include_headers: bool
+    spark: SparkSession,
+    root: str,
+    topic: str,
+    ranges: list[OffsetRange],
+    *,
+    include_headers: bool,
+    typed: bool = False,
 ) -> DataFrame:
     """The same fixed offset ranges read through `format("lakelog")`: on an object store this
     needs no Hadoop connector (Spark's `format("delta")` would need S3A, ABFS or GCS jars and
@@ -104,6 +117,7 @@ def _through_lakelog(
         .option("startingOffsets", json.dumps(bounds["startingOffsets"]))
         .option("endingOffsets", json.dumps(bounds["endingOffsets"]))
         .option("includeHeaders", str(include_headers).lower())
+        .option(TYPED_COLUMNS_OPTION, str(typed).lower())
         .options(**storage_options_option())
         .load(root)
     )

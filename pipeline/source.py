@@ -40,10 +40,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pipeline.kafka_schema import kafka_schema
+from pipeline.kafka_schema import kafka_schema, typed_arrow_types
 from pipeline.options import (
     EARLIEST,
     LATEST,
+    TYPED_COLUMNS_OPTION,
     adopt_storage_options,
     flag,
     isolation_of,
@@ -57,6 +58,7 @@ from pipeline.stream import LakelogStreamReader
 from storage_layout import paths
 from storage_layout.log import DeltaPartitionLog
 from storage_layout.meta.catalog import TopicCatalog
+from storage_layout.schemas.typed_columns import TYPED_COLUMNS, merge_types
 
 SOURCE_NAME = "lakelog"
 
@@ -78,15 +80,21 @@ class LakelogDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        return kafka_schema(include_headers=flag(self.options, "includeHeaders", False))
+        """Spark's Kafka source schema; with `typedColumns=true`, also the typed columns
+        (FORMAT.md §17) the topics' partition tables have now, merged."""
+        include_headers = flag(self.options, "includeHeaders", False)
+        if not flag(self.options, TYPED_COLUMNS_OPTION, False):
+            return kafka_schema(include_headers=include_headers)
+        adopt_storage_options(self.options)
+        return kafka_schema(include_headers=include_headers, typed=typed_types(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         adopt_storage_options(self.options)
-        return LakelogBatchReader(lowercase(self.options))
+        return LakelogBatchReader(lowercase(self.options), typed_arrow_types(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         adopt_storage_options(self.options)
-        return LakelogStreamReader(lowercase(self.options))
+        return LakelogStreamReader(lowercase(self.options), typed_arrow_types(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from pipeline.write import LakelogWriter, WriteOptions
@@ -101,11 +109,26 @@ class LakelogDataSource(DataSource):
         return LakelogStreamWriter(WriteOptions.parse(self.options, schema, overwrite=overwrite))
 
 
+def typed_types(options: Mapping[str, str]) -> dict[str, pa.DataType]:
+    """The typed columns of every partition table a read covers, merged (a column's type
+    where partitions conflict: the first's, as within one table)."""
+    root = root_of(lowercase(options))
+    catalog = TopicCatalog(root)
+    merged: dict[str, pa.DataType] = {}
+    for topic, partitions in topic_partitions(lowercase(options), catalog).items():
+        for partition in sorted(partitions):
+            uri = paths.partition_table_uri(root, topic, partition)
+            for name, kind in DeltaPartitionLog.open(uri).snapshot.typed_types.items():
+                merged[name] = merge_types(merged.get(name), kind).type
+    return {name: merged[name] for name in TYPED_COLUMNS if name in merged}
+
+
 class LakelogBatchReader(DataSourceReader):
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], typed: Mapping[str, pa.DataType]) -> None:
         self._committed = isolation_of(options).needs_index
         self._options = lowercase(options)
         self._include_headers = flag(options, "includeHeaders", False)
+        self._typed = dict(typed)
 
     def partitions(self) -> list[OffsetSplit]:
         root = root_of(self._options)
@@ -140,4 +163,4 @@ class LakelogBatchReader(DataSourceReader):
         return splits
 
     def read(self, partition: OffsetSplit) -> Iterator[pa.RecordBatch]:
-        return read_split(partition, include_headers=self._include_headers)
+        return read_split(partition, include_headers=self._include_headers, typed=self._typed)

@@ -5,7 +5,7 @@ with pyarrow from the Parquet files they name (read_split), with nothing else fr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -23,6 +23,7 @@ from storage_layout.log.transaction_index import (
     aborted_mask,
 )
 from storage_layout.schema import FILE_SCHEMA
+from storage_layout.schemas.typed_columns import conform_table
 
 RECORDS_PER_SPLIT = 1_000_000
 
@@ -177,10 +178,13 @@ _COMMITTED_COLUMNS = [*PLAIN_READ_COLUMNS, "producer_id", "transactional"]
 _COMMITTED_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in _COMMITTED_COLUMNS])
 
 
-def read_split(split: OffsetSplit, *, include_headers: bool) -> Iterator[pa.RecordBatch]:
+def read_split(
+    split: OffsetSplit, *, include_headers: bool, typed: Mapping[str, pa.DataType] | None = None
+) -> Iterator[pa.RecordBatch]:
     """The records of `split` as Arrow batches in Spark's Kafka schema, read from its Parquet
-    files with pyarrow. Needs nothing but the split (no driver state), so it runs on executors.
-    """
+    files with pyarrow, and with `typed` (FORMAT.md §17) those typed columns, as those types
+    (null where a file has none). Needs nothing but the split (no driver state), so it runs on
+    executors."""
     if not isinstance(split, OffsetSplit):
         return  # no split at all (nothing in range): Spark still runs one empty task
     store.adopt(dict(split.storage_options))
@@ -188,6 +192,7 @@ def read_split(split: OffsetSplit, *, include_headers: bool) -> Iterator[pa.Reco
     columns, schema = list(PLAIN_READ_COLUMNS), PLAIN_READ_SCHEMA  # pyarrow takes lists
     if split.aborted:
         columns, schema = _COMMITTED_COLUMNS, _COMMITTED_SCHEMA
+    typed = dict(typed or {})
     for piece in split.files:
         table = pq.read_table(
             table_store.open_input(piece.path),
@@ -204,7 +209,24 @@ def read_split(split: OffsetSplit, *, include_headers: bool) -> Iterator[pa.Reco
         if split.aborted and table.num_rows:
             table = table.filter(pc.invert(aborted_mask(table, split.aborted)))
         if table.num_rows:
-            yield from _kafka_rows(table, split, include_headers).to_batches()
+            rows = _kafka_rows(table, split, include_headers)
+            if typed:
+                rows = _with_typed(rows, table_store, piece, typed)
+            yield from rows.to_batches()
+
+
+def _with_typed(rows: pa.Table, table_store, piece: FileSlice, typed: dict) -> pa.Table:
+    """`rows` (offset order) with the typed columns of their file, conformed to `typed`."""
+    source = pq.ParquetFile(table_store.open_input(piece.path))
+    present = [name for name in typed if name in source.schema_arrow.names]
+    stored = source.read(columns=["offset", *present]) if present else None
+    if stored is not None:
+        wanted = pc.is_in(stored.column("offset"), value_set=rows.column("offset"))
+        stored = stored.filter(wanted).sort_by("offset")
+    fitted = conform_table(stored if stored is not None else rows.select([]), typed)
+    for field, column in zip(fitted.schema, fitted.columns, strict=True):
+        rows = rows.append_column(field, column)
+    return rows
 
 
 def _kafka_rows(table: pa.Table, split: OffsetSplit, include_headers: bool) -> pa.Table:

@@ -338,9 +338,13 @@ class LakelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     executors, on copies unpickled there without those caches: it uses nothing but its split.
     """
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(
+        self, options: Mapping[str, str], typed: Mapping[str, pa.DataType] | None = None
+    ) -> None:
         self._raw_options = lowercase(options)
         self._options = StreamOptions.parse(self._raw_options)
+        # the typed columns (FORMAT.md §17) of the stream's schema, fixed when it starts
+        self._typed = dict(typed or {})
         self._catalog: TopicCatalog | None = None
         self._logs: dict[TopicPartition, DeltaPartitionLog] = {}
         self._initial: PartitionOffsets | None = None  # resolved once: Spark may ask again
@@ -411,7 +415,9 @@ class LakelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return splits
 
     def read(self, partition: OffsetSplit) -> Iterator[pa.RecordBatch]:
-        return read_split(partition, include_headers=self._options.include_headers)
+        return read_split(
+            partition, include_headers=self._options.include_headers, typed=self._typed
+        )
 
     def commit(self, end: dict) -> None:
         if self._position is None:  # Spark 4.0 restarting from a committed batch

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from pipeline.options import ISOLATION_OPTION
+from pipeline.options import ISOLATION_OPTION, TYPED_COLUMNS_OPTION
 from pipeline.source import SOURCE_NAME, register_data_source
 from storage_layout.meta.catalog import TopicCatalog
 from storage_layout.paths import normalize_root
@@ -40,6 +40,7 @@ def latest_by_key(
     *,
     include_headers: bool = False,
     isolation_level: str = READ_COMMITTED,
+    typed_columns: bool = True,
 ) -> DataFrame:
     """The table view of `topic`: one row per key, holding that key's latest record.
 
@@ -58,8 +59,10 @@ def latest_by_key(
     records of a transaction still open are not there yet.
 
     Columns are Spark's Kafka source schema (key, value, topic, partition, offset, timestamp,
-    timestampType, and headers with `include_headers`), each row being the record as a read of
-    the topic returns it; row order is not guaranteed. The records are those stored when the
+    timestampType, and headers with `include_headers`), then, with `typed_columns` (the
+    default), the typed columns of keys and values with a registered schema (`key_fields`,
+    `value_fields`, ...: FORMAT.md §17) when the topic has any; each row being the record as a
+    read of the topic returns it; row order is not guaranteed. The records are those stored when the
     first query on the frame runs; later queries on it see no newer records (module docstring).
 
     Raises:
@@ -68,7 +71,14 @@ def latest_by_key(
     root = normalize_root(root)
     TopicCatalog(root).topic(topic)  # fail here, not inside a Python worker at the first action
     register_data_source(spark)
-    log = _topic_log(spark, root, topic, include_headers=include_headers, isolation=isolation_level)
+    log = _topic_log(
+        spark,
+        root,
+        topic,
+        include_headers=include_headers,
+        isolation=isolation_level,
+        typed_columns=typed_columns,
+    )
     return _latest_per_key(log)
 
 
@@ -80,6 +90,7 @@ def register_topic_views(
     latest_suffix: str = "_latest",
     include_headers: bool = True,
     isolation_level: str = READ_COMMITTED,
+    typed_columns: bool = True,
 ) -> list[str]:
     """Register two temporary views per topic: `<view>`, the topic's records as
     `spark.read.format("lakelog")` reads them, and `<view><latest_suffix>`, its `latest_by_key`.
@@ -100,6 +111,8 @@ def register_topic_views(
         include_headers: give both views the `headers` column.
         isolation_level: `kafka.isolation.level` of both views: read_committed (the default:
             committed records up to the last stable offset) or read_uncommitted.
+        typed_columns: give both views the typed columns of keys and values with a
+            registered schema (FORMAT.md §17), for topics that have them.
 
     Returns:
         The view names registered, the log view then the latest view of each topic.
@@ -118,7 +131,12 @@ def register_topic_views(
     register_data_source(spark)
     for topic, (log_view, latest_view) in views.items():
         log = _topic_log(
-            spark, root, topic, include_headers=include_headers, isolation=isolation_level
+            spark,
+            root,
+            topic,
+            include_headers=include_headers,
+            isolation=isolation_level,
+            typed_columns=typed_columns,
         )
         log.createOrReplaceTempView(_quoted(log_view))
         _latest_per_key(log).createOrReplaceTempView(_quoted(latest_view))
@@ -134,13 +152,20 @@ def view_name(topic: str) -> str:
 
 
 def _topic_log(
-    spark: SparkSession, root: str, topic: str, *, include_headers: bool, isolation: str
+    spark: SparkSession,
+    root: str,
+    topic: str,
+    *,
+    include_headers: bool,
+    isolation: str,
+    typed_columns: bool = True,
 ) -> DataFrame:
     return (
         spark.read.format(SOURCE_NAME)
         .option("subscribe", topic)
         .option("includeHeaders", str(include_headers).lower())
         .option(ISOLATION_OPTION, isolation)
+        .option(TYPED_COLUMNS_OPTION, str(typed_columns).lower())
         .option("path", root)
         .load()
     )

@@ -7,6 +7,11 @@ Columns (Spark's Kafka sink): `value` (binary or string, required; NULL is a tom
 `topic` (string; the `topic` option wins over it), plus `timestamp` (the record's CreateTime;
 without it the append time). Every other column is an error, so a typo is not silently dropped.
 
+A `value` (or `key`) of another type, a struct typically, is serialized with the schema of the
+topic's subject in the root's registry (`<topic>-value` / `<topic>-key`, its latest version, as
+the `topic` option names it), in Confluent's wire format: Kafka consumers with Confluent's
+deserializers read it, and the leader stores its fields typed (FORMAT.md §17).
+
 How a record is placed, as the gateway places it: the `partition` column if set, else Kafka's
 murmur2 of the key (the partition a Java producer would pick), else round-robin. Each Spark
 task collects its records per topic partition and hands them over in chunks of at most
@@ -58,9 +63,14 @@ from storage_layout.cluster.codec import encode_append
 from storage_layout.cluster.errors import NodeCallError
 from storage_layout.cluster.nodes import NodeRegistry
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.log.arrow_records import new_records_table
 from storage_layout.meta.catalog import TopicCatalog, TopicInfo
+from storage_layout.meta.schemas import SchemaParser, SchemaTable, latest_live
 from storage_layout.partitioner import partition_for_key, partitions_for_keys
-from storage_layout.records import AppTransaction, NewRecord
+from storage_layout.records import AppTransaction, NewRecord, RecordColumns
+from storage_layout.schemas.json_values import serialize
+from storage_layout.schemas.subjects import topic_subject
+from storage_layout.schemas.typed_values import typed_codec, typed_columns
 
 # Arrow writers (pyspark 4.0+ for batch writes, 4.1+ for streams) are handed whole record
 # batches: placed, checked and grouped with Arrow kernels instead of one Python Row at a time.
@@ -116,6 +126,9 @@ class WriteOptions:
     writer_id: str  # batch writes: unique per write; streams use the query id
     # The driver's explicit storage options, adopted by each task (store.adopt).
     storage_options: tuple[tuple[str, str], ...] = ()
+    # The schema ids keys and values of other types than binary/string are serialized with.
+    key_schema_id: int | None = None
+    value_schema_id: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], schema: StructType, *, overwrite: bool):
@@ -132,14 +145,39 @@ class WriteOptions:
         if routing not in (ROUTING_AUTO, ROUTING_DIRECT):
             raise WriteError(f"leaderRouting must be 'auto' or 'direct', not {routing!r}.")
         check_columns(schema, topic_option=lowered.get("topic"))
+        root = paths.normalize_root(root)
         return cls(
-            root=paths.normalize_root(root),
+            root=root,
             topic=lowered.get("topic"),
             routing=routing,
             columns=tuple(schema.fieldNames()),
             writer_id=uuid.uuid4().hex,
             storage_options=tuple(sorted(store.storage_options().items())),
+            key_schema_id=_schema_id(schema, "key", root, lowered.get("topic")),
+            value_schema_id=_schema_id(schema, "value", root, lowered.get("topic")),
         )
+
+
+def _schema_id(schema: StructType, column: str, root: str, topic: str | None) -> int | None:
+    """The id a `key`/`value` column that is not binary or string is serialized with: the
+    latest schema of the topic's subject (None for binary and string columns)."""
+    if column not in schema.fieldNames() or schema[column].dataType in _STRINGY:
+        return None
+    if topic is None:
+        raise WriteError(
+            f"A '{column}' column of type {schema[column].dataType.simpleString()} is "
+            "serialized with the topic's registered schema: name the topic with "
+            ".option('topic', name)."
+        )
+    subject = topic_subject(topic, is_key=column == "key")
+    stored = latest_live(SchemaTable(root).view(), subject)
+    if stored is None:
+        raise WriteError(
+            f"Column '{column}' is {schema[column].dataType.simpleString()}, and no schema is "
+            f"registered under subject '{subject}' to serialize it with: register one, or "
+            "write binary or string."
+        )
+    return stored.id
 
 
 def check_columns(schema: StructType, *, topic_option: str | None) -> None:
@@ -157,6 +195,8 @@ def check_columns(schema: StructType, *, topic_option: str | None) -> None:
         raise WriteError("Name the topic: .option('topic', name) or a 'topic' column.")
     for field_ in schema.fields:
         allowed = _COLUMN_TYPES[field_.name]
+        if field_.name in ("key", "value"):
+            continue  # other types are serialized with the topic's schema (_schema_id)
         if not any(_same_shape(field_.dataType, t) for t in allowed):
             wanted = " or ".join(t.simpleString() for t in allowed)
             raise WriteError(
@@ -283,8 +323,8 @@ def _write_batch(
     batch: pa.RecordBatch, options: WriteOptions, topics: _Topics, round_robin: list[int], sink
 ) -> None:
     columns = dict(zip(batch.schema.names, batch.columns, strict=True))
-    key = _binary(columns.get("key"))
-    value = _binary(columns.get("value"))
+    key = _binary(columns.get("key"), options.root, options.key_schema_id)
+    value = _binary(columns.get("value"), options.root, options.value_schema_id)
     explicit = columns.get("partition")
     sizes = _record_sizes(batch.num_rows, key, value, columns.get("headers"))
     # Round-robin numbers go to keyless rows without a partition, in row order (all topics).
@@ -311,11 +351,35 @@ def _write_batch(
             sink.add_many(topic, partition, records, sizes.take(chosen).to_pylist())
 
 
-def _binary(column: pa.Array | None) -> pa.Array | None:
-    """A key/value column as binary (strings: their utf-8 bytes)."""
+def _binary(
+    column: pa.Array | None, root: str = "", schema_id: int | None = None
+) -> pa.Array | None:
+    """A key/value column as binary (strings: their utf-8 bytes; other types serialized with
+    schema `schema_id` of the root's registry)."""
     if column is None or pa.types.is_binary(column.type):
         return column
+    if schema_id is not None:
+        parsed = _registered(root, schema_id)
+        return pa.array(
+            [None if v is None else serialize(parsed, schema_id, v) for v in column.to_pylist()],
+            pa.binary(),
+        )
     return column.cast(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary())
+
+
+_PARSED: dict[tuple[str, int], object] = {}
+
+
+def _registered(root: str, schema_id: int):
+    """Schema `schema_id` of the root's registry, parsed (once per executor process)."""
+    key = (root, schema_id)
+    if key not in _PARSED:
+        view = SchemaTable(root).view()
+        stored = view.schema(schema_id)
+        if stored is None:
+            raise WriteError(f"Schema {schema_id} is not in the registry of {root}.")
+        _PARSED[key] = SchemaParser().stored(stored, view)
+    return _PARSED[key]
 
 
 def _record_sizes(count: int, key, value, headers) -> pa.Array:
@@ -422,12 +486,19 @@ def _record_from_row(row, options: WriteOptions) -> tuple[NewRecord, str, int | 
         raise WriteError("A row has no topic: its 'topic' column is NULL and no topic option.")
     timestamp = get.get("timestamp")
     record = NewRecord(
-        key=_as_bytes(get.get("key")),
-        value=_as_bytes(get.get("value")),
+        key=_row_bytes(get.get("key"), options.root, options.key_schema_id),
+        value=_row_bytes(get.get("value"), options.root, options.value_schema_id),
         timestamp_ms=None if timestamp is None else _epoch_ms(timestamp),
         headers=tuple((h["key"], _as_bytes(h["value"])) for h in get.get("headers") or ()),
     )
     return record, topic, get.get("partition")
+
+
+def _row_bytes(data, root: str, schema_id: int | None) -> bytes | None:
+    if data is None or schema_id is None:
+        return _as_bytes(data)
+    value = data.asDict(recursive=True) if hasattr(data, "asDict") else data
+    return serialize(_registered(root, schema_id), schema_id, value)
 
 
 def _as_bytes(data) -> bytes | None:
@@ -562,7 +633,23 @@ class _Appender:
             handed = self._through_leader(log, topic.name, partition, records, txn)
             if handed is not None:
                 return handed
-        return log.append_once(records, config=topic.config, transaction=txn) is not None
+        typed = self._typed(records)
+        return log.append_once(typed, config=topic.config, transaction=txn) is not None
+
+    def _typed(self, records: list[NewRecord]):
+        """Records this writer serialized with a schema, with their typed columns (the
+        leader would decode them the same way: FORMAT.md §17)."""
+        options = self._options
+        typed: dict[str, pa.Array] = {}
+        for schema_id, is_key in ((options.key_schema_id, True), (options.value_schema_id, False)):
+            if schema_id is not None:
+                codec = typed_codec(_registered(options.root, schema_id), (0,))
+                payloads = [r.key if is_key else r.value for r in records]
+                typed.update(typed_columns(payloads, schema_id, codec, is_key=is_key))
+        if not typed:
+            return records
+        table = new_records_table(records)
+        return RecordColumns(table, sum(r.size_bytes() for r in records), pa.table(typed))
 
     def close(self) -> None:
         if self._leader_client is not None:
