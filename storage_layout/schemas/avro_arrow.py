@@ -33,12 +33,8 @@ _PRIMITIVES = {
     "bytes": pa.binary(),
     "string": pa.string(),
 }
-_TIMESTAMPS = {
-    "timestamp-millis",
-    "timestamp-micros",
-    "local-timestamp-millis",
-    "local-timestamp-micros",
-}
+_TIMESTAMPS = {"timestamp-millis", "timestamp-micros"}  # fastavro: aware datetimes, UTC
+_LOCAL_TIMESTAMPS = {"local-timestamp-millis", "local-timestamp-micros"}  # naive
 
 
 def avro_form(parsed: Any) -> Form:
@@ -123,6 +119,8 @@ def _logical(schema: dict, logical: str) -> Form | None:
     if logical == "date":
         return Form(pa.date32())
     if logical in _TIMESTAMPS:
+        return Form(pa.timestamp("us", tz="UTC"))
+    if logical in _LOCAL_TIMESTAMPS:
         return Form(pa.timestamp("us", tz="UTC"), _utc)
     if logical in ("time-millis", "time-micros"):
         unit_us = 1000 if logical == "time-millis" else 1

@@ -130,16 +130,19 @@ def test_validation_refuses_records_over_http_one_by_one(
         {"id": 1, "item": "a", "qty": None, "note": None}, _context(f"{topic_name}-elsewhere")
     )
     truncated = good[:-2]
-    values = [good, b"no schema", other_subject, truncated, b"\x00\x00\x0f\x42\x40abc"]
+    # a payload valid for another schema, behind this topic's schema id
+    foreign = good[:5] + other_subject[5:]
+    values = [good, b"no schema", other_subject, truncated, b"\x00\x00\x0f\x42\x40abc", foreign]
     body = {"records": [{"value": base64.b64encode(v).decode()} for v in values]}
     answer = client.post(f"/topics/{topic_name}", json=body, headers={"Content-Type": BINARY_V2})
     offsets = answer.json()["offsets"]
     assert offsets[0]["error_code"] is None
-    assert [o["error_code"] for o in offsets[1:]] == [42205] * 4
+    assert [o["error_code"] for o in offsets[1:]] == [42205] * 5
     assert "names no schema" in offsets[1]["error"]
     assert "not registered under subject" in offsets[2]["error"]
     assert "does not decode" in offsets[3]["error"]
     assert "not in the registry" in offsets[4]["error"]
+    assert "bytes left over" in offsets[5]["error"]
     assert len(_rows(kafka_gateway, topic_name, "value")) == 1
 
 

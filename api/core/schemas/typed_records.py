@@ -109,10 +109,11 @@ class TypedRecords:
             return None
         payloads = column.to_pylist()
         refs = refs or [None] * len(payloads)
+        refusals = await self._load(refs, topic, config, is_key, validate)
         ids: list[int | None] = [None] * len(payloads)
         groups: dict[tuple[int, tuple[int, ...]], list[tuple[int, Any]]] = {}
         for index, (ref, payload) in enumerate(zip(refs, payloads, strict=True)):
-            outcome = await self._typed_value(topic, config, ref, payload, is_key, validate)
+            outcome = self._typed_value(ref, payload, validate, refusals)
             if isinstance(outcome, str):
                 raise RecordSchemaInvalid(topic=topic, index=index, is_key=is_key, reason=outcome)
             if outcome is not None:
@@ -125,14 +126,30 @@ class TypedRecords:
         names = (KEY_SCHEMA_ID, KEY_FIELDS) if is_key else (VALUE_SCHEMA_ID, VALUE_FIELDS)
         return {names[0]: pa.array(ids, SCHEMA_ID_TYPE), names[1]: fields}
 
-    async def _typed_value(self, topic, config, ref, payload, is_key, validate):
-        """(codec key, typed value), None (not typed), or why the record is refused."""
+    async def _load(self, refs, topic, config, is_key, validate) -> dict[int, str | None]:
+        """Look up (once per batch, cached across batches) the schemas `refs` name; when the
+        topic validates, why each schema may not be used for it (None: it may)."""
+        refusals: dict[int, str | None] = {}
+        seen: set[object] = set()
+        for ref in refs:
+            if ref is None or (ref.guid or ref.schema_id) in seen:
+                continue
+            seen.add(ref.guid or ref.schema_id)
+            schema_id = ref.schema_id if ref.guid is None else await self._id_of_guid(ref.guid)
+            found = None if schema_id is None else await self._schema(schema_id)
+            if validate and found is not None and schema_id not in refusals:
+                refusals[schema_id] = await self._subject_refusal(topic, config, found, is_key)
+        return refusals
+
+    def _typed_value(self, ref, payload, validate: bool, refusals: dict[int, str | None]):
+        """(codec key, typed value), None (not typed), or why the record is refused; the
+        schemas are loaded already (`_load`)."""
         if payload is None:
             return "it is null" if validate else None
         if ref is None:
             return "it names no schema (Confluent's wire format)" if validate else None
-        schema_id = ref.schema_id if ref.guid is None else await self._id_of_guid(ref.guid)
-        found = None if schema_id is None else await self._schema(schema_id)
+        schema_id = ref.schema_id if ref.guid is None else self._guids.get(ref.guid)
+        found = None if schema_id is None else self._schemas.get(schema_id)
         if found is None:
             return f"schema {ref.guid or schema_id} is not in the registry" if validate else None
         try:
@@ -143,7 +160,7 @@ class TypedRecords:
         codec = self._codec(key, found)
         data = payload[resolved.payload_at :]
         if validate:
-            reason = await self._refusal(topic, config, found, codec, data, is_key)
+            reason = refusals.get(schema_id) or _payload_refusal(found, codec, data)
             if reason is not None:
                 return reason
         if codec is None:
@@ -154,17 +171,12 @@ class TypedRecords:
             metrics.TYPED_DECODE_FAILURES.inc()
             return None
 
-    async def _refusal(self, topic, config, found, codec, data, is_key) -> str | None:
+    async def _subject_refusal(self, topic, config, found, is_key) -> str | None:
         subject = _subject(topic, config, found, is_key)
         if subject is None:
             return "its schema has no record name for the subject name strategy"
         if not await self._registered_under(found.stored.id, subject):
             return f"schema {found.stored.id} is not registered under subject {subject!r}"
-        if codec is None:
-            return "its message indexes name no message of the schema"
-        problems = codec.problems(data)
-        if problems:
-            return f"it does not decode with schema {found.stored.id}: {'; '.join(problems)}"
         return None
 
     def _fields_array(self, groups, count: int, ids: list[int | None]) -> pa.Array:
@@ -178,7 +190,10 @@ class TypedRecords:
             array = _to_arrow([value for _, value in items], kind, ids, [i for i, _ in items])
             pieces.append(conform(array, merged))
             order.extend(index for index, _ in items)
-        untyped = [i for i in range(count) if i not in set(order)]
+        if len(pieces) == 1 and len(order) == count:
+            return pieces[0]  # one schema, every record: already in record order
+        typed = set(order)
+        untyped = [i for i in range(count) if i not in typed]
         pieces.append(pa.nulls(len(untyped), merged))
         order.extend(untyped)
         combined = pa.concat_arrays(pieces)
@@ -235,6 +250,15 @@ class TypedRecords:
         found = frozenset(v.subject for v in versions)
         self._subjects[schema_id] = (now, found)
         return subject in found
+
+
+def _payload_refusal(found: _Schema, codec: TypedCodec | None, data: bytes) -> str | None:
+    if codec is None:
+        return "its message indexes name no message of the schema"
+    problems = codec.problems(data)
+    if problems:
+        return f"it does not decode with schema {found.stored.id}: {'; '.join(problems)}"
+    return None
 
 
 def _may_name_schemas(records, config: TopicConfig) -> bool:
