@@ -71,6 +71,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_jobs(commands)
     cli_dlq.add_parser(commands)
     _add_security(commands)
+    _add_schemas(commands)
     return parser
 
 
@@ -772,6 +773,12 @@ def _jobs_schedule(args: argparse.Namespace) -> int:
 
 def _add_security(commands) -> None:
     from api.security.cli import add_commands
+
+    add_commands(commands)
+
+
+def _add_schemas(commands) -> None:
+    from api.cli_schemas import add_commands
 
     add_commands(commands)
 
