@@ -162,6 +162,31 @@ class SchemaFormats:
             message = f"A record does not decode with its schema: {error}"
             raise ApiError(422, 42207, message) from error
 
+    async def annotate(self, items: list[dict]) -> list[dict]:
+        """Binary items with, beside each key and value that names a schema of the registry
+        (Confluent's prefix), `<field>_schema_id` and `<field>_decoded` (its JSON): the
+        console's view of a topic, where not every record need have a schema."""
+        for item in items:
+            for field in ("key", "value"):
+                if item.get(field) is None:
+                    continue
+                decoded = await self._decoded_if_named(base64.b64decode(item[field]))
+                if decoded is not None:
+                    item[f"{field}_schema_id"], item[f"{field}_decoded"] = decoded
+        return items
+
+    async def _decoded_if_named(self, data: bytes) -> tuple[int, Any] | None:
+        if len(data) < 5 or data[0] != wire.MAGIC_ID:
+            return None
+        try:
+            side = await self._by_id(int.from_bytes(data[1:5], "big"), "id")
+            ref = wire.from_prefix(data, protobuf=side.parsed.schema_type == PROTOBUF)
+            return side.schema_id, deserialize(
+                side.parsed, data[ref.payload_at :], ref.message_indexes
+            )
+        except (ApiError, ValueError):
+            return None
+
     # ---- lookups -----------------------------------------------------------------------------
 
     async def _by_id(self, schema_id: object, where: str) -> SideSchema:

@@ -326,3 +326,39 @@ def test_console_files_are_public_with_a_strict_content_security_policy(secured)
     assert raw.status == 404 and b"lakelog_" not in raw.read()
     connection.close()
     assert httpx.get(f"{gateway.url}/ui/secrets.json").status_code == 404
+
+
+def test_schemas_pages_and_decoded_values_in_the_message_browser(shop, page, tmp_path):
+    gateway, client = shop
+    schema = json.dumps(
+        {
+            "type": "record",
+            "name": "Payment",
+            "namespace": "acme",
+            "fields": [{"name": "id", "type": "long"}, {"name": "amount", "type": "double"}],
+        }
+    )
+    create_topic(client, "payments", partitions=1)
+    body = {"value_schema": schema, "records": [{"value": {"id": 7, "amount": 9.5}}]}
+    produced = client.post(
+        "/topics/payments",
+        json=body,
+        headers={"Content-Type": "application/vnd.kafka.avro.v2+json"},
+    )
+    assert produced.status_code == 200, produced.text
+    schema_id = produced.json()["value_schema_id"]
+
+    open_console(page, gateway.url, "/schemas", rows_ready("#subjects"))
+    assert ["payments-value", "1", str(schema_id), "AVRO"] in page.rows("#subjects")
+    shoot(page, "schemas", tmp_path)
+    open_console(
+        page, gateway.url, "/schemas/payments-value", "!!document.getElementById('schema')"
+    )
+    shown = page.evaluate("document.getElementById('schema').textContent")
+    assert json.loads(shown)["name"] == "Payment"
+
+    route = "/topics/payments/messages?partition=0&offset=0&count=5"
+    open_console(page, gateway.url, route, rows_ready("#messages"))
+    (row,) = page.rows("#messages")
+    assert row[3].startswith(f"schema {schema_id}")
+    assert json.loads(row[3].removeprefix(f"schema {schema_id}")) == {"id": 7, "amount": 9.5}

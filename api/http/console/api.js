@@ -95,7 +95,7 @@ export async function fetchRecords(topic, partition, offset, maxBytes) {
   const path = `/topics/${encodeURIComponent(topic)}/partitions/${partition}/records`;
   const response = await request("GET", path, {
     accept: BINARY_V2,
-    params: { offset, max_bytes: maxBytes },
+    params: { offset, max_bytes: maxBytes, decode: "schemas" },
   });
   const nextOffset = response.headers.get("x-lakelog-next-offset");
   return { records: await response.json(), nextOffset: nextOffset === null ? null : +nextOffset };

@@ -8,6 +8,7 @@ import { groupPage, groupsPage } from "./groups.js";
 import { messagesPage } from "./messages.js";
 import { clearBanner, rerender, showError, SIGN_IN_EVENT } from "./notice.js";
 import { maintenancePage, nodesPage } from "./nodes.js";
+import { schemasPage, subjectPage } from "./schemas.js";
 import { topicPage, topicsPage } from "./topics.js";
 
 const ROUTES = [
@@ -16,6 +17,8 @@ const ROUTES = [
   [/^#\/topics$/, topicsPage, "topics"],
   [/^#\/groups\/([^/]+)$/, groupPage, "groups"],
   [/^#\/groups$/, groupsPage, "groups"],
+  [/^#\/schemas\/([^/]+)$/, subjectPage, "schemas"],
+  [/^#\/schemas$/, schemasPage, "schemas"],
   [/^#\/nodes$/, nodesPage, "nodes"],
   [/^#\/maintenance$/, maintenancePage, "maintenance"],
 ];

@@ -1,5 +1,7 @@
 // The message browser: one partition from an offset, a timestamp or the newest records, with
-// keys, values and headers shown as JSON, text or hex.
+// keys, values and headers shown as JSON, text or hex; a key or value that names a registered
+// schema is shown decoded (the gateway decodes it: `decode=schemas`) unless text or hex is
+// asked for.
 import { fetchRecords, getJson } from "./api.js";
 import { formatCount, formatTime, h, link, table } from "./dom.js";
 import { partitionsOf } from "./topics.js";
@@ -42,7 +44,12 @@ export function show(bytes, format) {
   return prettyJson(text) ?? (format === "json" ? `(not JSON) ${text}` : text);
 }
 
-function render(bytes, format) {
+function render(bytes, format, schemaId, decoded) {
+  if (schemaId !== undefined && (format === "auto" || format === "json")) {
+    return h("div", {},
+      h("div", { class: "tag schema" }, `schema ${schemaId}`),
+      h("pre", {}, JSON.stringify(decoded, null, 2)));
+  }
   const shown = show(bytes, format);
   return shown === null ? h("span", { class: "muted" }, "null") : h("pre", {}, shown);
 }
@@ -81,8 +88,8 @@ export async function messagesPage(main, topic, query) {
   const rows = records.map((r) => [
     String(r.offset),
     formatTime(r.timestamp),
-    render(decodeBase64(r.key), format),
-    render(decodeBase64(r.value), format),
+    render(decodeBase64(r.key), format, r.key_schema_id, r.key_decoded),
+    render(decodeBase64(r.value), format, r.value_schema_id, r.value_decoded),
     (r.headers || []).map((header) => headerTag(header, format)),
   ]);
   const last = records.length ? records[records.length - 1].offset + 1 : fetched.nextOffset ?? from;

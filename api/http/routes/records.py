@@ -55,6 +55,15 @@ async def fetch_records(
             description="read_uncommitted (default) or read_committed (committed records only)",
         ),
     ] = "read_uncommitted",
+    decode: Annotated[
+        str | None,
+        Query(
+            description="lakelog extension: `schemas` adds, to binary records whose key or value "
+            "names a registered schema, `key_schema_id`/`key_decoded` and "
+            "`value_schema_id`/`value_decoded` (the console's message browser)",
+            pattern="^schemas$",
+        ),
+    ] = None,
 ) -> Response:
     embedded = fetch_format(request.headers.get("accept"))
     settings = broker.settings
@@ -73,18 +82,24 @@ async def fetch_records(
         result = await broker.read_as_follower(fetch)
         if result is None:  # the head: the leader's tail and long-poll answer
             return await proxy_to_leader(request, broker, leader_url)
-    body = await _records_body(request, result.records, topic, partition, embedded)
+    body = await _records_body(request, result.records, topic, partition, embedded, decode)
     headers = {SERVED_BY_HEADER: str(settings.node_id)}
     if result.next_offset is not None:
         headers[NEXT_OFFSET_HEADER] = str(result.next_offset)
     return Response(body, media_type=RECORD_MEDIA_TYPES[embedded], headers=headers)
 
 
-async def _records_body(request: Request, records, topic: str, partition: int, embedded: str):
-    if embedded not in SCHEMA_FORMATS:
-        return records_to_json(records, topic=topic, partition=partition, embedded=embedded)
-    items = records_to_items(records, topic=topic, partition=partition, embedded=BINARY)
-    return orjson.dumps(await request.app.state.schema_formats.decode_items(items, embedded))
+async def _records_body(
+    request: Request, records, topic: str, partition: int, embedded: str, decode: str | None
+):
+    formats = request.app.state.schema_formats
+    if embedded in SCHEMA_FORMATS:
+        items = records_to_items(records, topic=topic, partition=partition, embedded=BINARY)
+        return orjson.dumps(await formats.decode_items(items, embedded))
+    if decode and embedded == BINARY:
+        items = records_to_items(records, topic=topic, partition=partition, embedded=BINARY)
+        return orjson.dumps(await formats.annotate(items))
+    return records_to_json(records, topic=topic, partition=partition, embedded=embedded)
 
 
 def isolation_from(isolation_level: str) -> Isolation:
