@@ -10,6 +10,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
+mod avro;
 mod columns;
 mod decode;
 mod encode;
@@ -190,5 +191,6 @@ impl Drop for RawBuffer {
 fn lakelog_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(decode_records, module)?)?;
     module.add_function(wrap_pyfunction!(encode_records, module)?)?;
+    module.add_function(wrap_pyfunction!(avro::decode_avro, module)?)?;
     Ok(())
 }

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from storage_layout.schemas.avro_arrow import avro_decoder, avro_form
 from storage_layout.schemas.avro_format import AvroSchema
+from storage_layout.schemas.avro_native import avro_plan, decode_batch
 from storage_layout.schemas.forms import Form
 from storage_layout.schemas.json_arrow import json_decode, json_form
 from storage_layout.schemas.json_format import JsonSchema
@@ -35,6 +36,8 @@ class TypedCodec:
     decode: Callable[[bytes], Any]
     check: Callable[[Any], list[str]] | None = None  # more than decoding (JSON Schema)
     protobuf: bool = False  # its wire format carries message indexes
+    # payloads -> (the typed column, which decoded): many at once, in Rust (Avro)
+    batch: Callable[[list[bytes]], tuple[pa.Array, list[bool]]] | None = None
 
     def value(self, payload: bytes) -> Any:
         """The payload's value for the typed column.
@@ -61,7 +64,15 @@ def typed_codec(parsed: ParsedSchema, message_indexes: tuple[int, ...] = ()) -> 
         ValueError: the message indexes name no message of the schema.
     """
     if isinstance(parsed, AvroSchema):
-        return TypedCodec(avro_form(parsed.parsed), avro_decoder(parsed.parsed))
+        form = avro_form(parsed.parsed)
+        plan = avro_plan(parsed.parsed)
+        batch = None
+        if plan is not None:
+
+            def batch(payloads: list[bytes]) -> tuple[pa.Array, list[bool]]:
+                return decode_batch(plan, form.type, payloads, 0)
+
+        return TypedCodec(form, avro_decoder(parsed.parsed), batch=batch)
     if isinstance(parsed, JsonSchema):
         return TypedCodec(
             json_form(parsed.document, parsed.resolve), json_decode, parsed.validation_errors
@@ -81,6 +92,15 @@ def typed_columns(
     """The typed columns (FORMAT.md §17) of keys or values all written with `schema_id` in
     Confluent's wire format (a writer that serialized them itself knows it): a payload that
     does not decode is null, as at the leader."""
+    if codec.batch is not None and all(p is None or p[:1] == b"\x00" for p in payloads):
+        present = [i for i, p in enumerate(payloads) if p is not None and len(p) >= 5]
+        if len(present) == len(payloads):
+            fields, ok = codec.batch([p[5:] for p in payloads])
+            ids = [schema_id if good else None for good in ok]
+            id_name, fields_name = (
+                (KEY_SCHEMA_ID, KEY_FIELDS) if is_key else (VALUE_SCHEMA_ID, VALUE_FIELDS)
+            )
+            return {id_name: pa.array(ids, SCHEMA_ID_TYPE), fields_name: fields}
     ids, values = [], []
     for payload in payloads:
         value = None

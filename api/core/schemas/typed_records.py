@@ -49,6 +49,7 @@ from storage_layout.topic_config import TopicConfig
 
 Blocking = Callable[..., Awaitable]
 UNKNOWN_ID_RETRY_S = 5.0
+NOT_FAST = object()  # _prefixed_side: not the common case
 SUBJECTS_RECHECK_S = 0.1
 
 
@@ -104,6 +105,10 @@ class TypedRecords:
     ) -> dict[str, pa.Array] | None:
         column = table.column("key" if is_key else "value")
         validate = config.validates_schema(is_key=is_key)
+        if not validate:
+            fast = await self._prefixed_side(column, table.column("headers"), is_key)
+            if fast is not NOT_FAST:
+                return fast
         refs = _refs(column, table.column("headers"), is_key)
         if refs is None and not validate:
             return None
@@ -120,6 +125,40 @@ class TypedRecords:
                 key, value = outcome
                 ids[index] = key[0]
                 groups.setdefault(key, []).append((index, value))
+        if not groups:
+            return None
+        fields = self._fields_array(groups, len(payloads), ids)
+        names = (KEY_SCHEMA_ID, KEY_FIELDS) if is_key else (VALUE_SCHEMA_ID, VALUE_FIELDS)
+        return {names[0]: pa.array(ids, SCHEMA_ID_TYPE), names[1]: fields}
+
+    async def _prefixed_side(self, column, headers, is_key: bool):
+        """The common case in one pass with no object per record: no header names a schema,
+        and every schema the prefixes name decodes in batches (Avro in Rust). NOT_FAST when
+        the case is not that one (the general path then decides)."""
+        if _has_header(headers, wire.header_name(is_key=is_key)):
+            return NOT_FAST
+        firsts = pc.binary_slice(column, 0, 1)
+        if not pc.any(pc.equal(firsts, b"\x00")).as_py():
+            return None
+        payloads = column.to_pylist()
+        by_id: dict[int, list[int]] = {}
+        for index, payload in enumerate(payloads):
+            if payload is not None and len(payload) >= 5 and payload[0] == 0:
+                by_id.setdefault(int.from_bytes(payload[1:5], "big"), []).append(index)
+        ids: list[int | None] = [None] * len(payloads)
+        groups: dict[tuple[int, tuple[int, ...]], list[tuple[int, Any]]] = {}
+        for schema_id, indexes in by_id.items():
+            found = await self._schema(schema_id)
+            if found is None:
+                continue
+            if found.parsed.schema_type == PROTOBUF:
+                return NOT_FAST  # message indexes per record: the general path
+            codec = self._codec((schema_id, ()), found)
+            if codec is None or codec.batch is None:
+                return NOT_FAST
+            groups[(schema_id, ())] = [(i, payloads[i][5:]) for i in indexes]
+            for index in indexes:
+                ids[index] = schema_id
         if not groups:
             return None
         fields = self._fields_array(groups, len(payloads), ids)
@@ -165,6 +204,8 @@ class TypedRecords:
                 return reason
         if codec is None:
             return None
+        if codec.batch is not None:
+            return key, data  # decoded with the rest of its group (_fields_array)
         try:
             return key, codec.value(data)
         except (ValueError, TypeError, KeyError, AttributeError):
@@ -186,8 +227,16 @@ class TypedRecords:
         merged = merge_all(codec.form.type for codec in codecs.values() if codec).type
         pieces, order = [], []
         for key, items in groups.items():
-            kind = codecs[key].form.type
-            array = _to_arrow([value for _, value in items], kind, ids, [i for i, _ in items])
+            codec = codecs[key]
+            indexes = [i for i, _ in items]
+            if codec.batch is not None:  # the items hold payloads: decoded here, all at once
+                array, decoded = codec.batch([data for _, data in items])
+                for index, good in zip(indexes, decoded, strict=True):
+                    if not good:
+                        metrics.TYPED_DECODE_FAILURES.inc()
+                        ids[index] = None
+            else:
+                array = _to_arrow([value for _, value in items], codec.form.type, ids, indexes)
             pieces.append(conform(array, merged))
             order.extend(index for index, _ in items)
         if len(pieces) == 1 and len(order) == count:
@@ -292,6 +341,8 @@ def _refs(column: pa.ChunkedArray, headers: pa.ChunkedArray, is_key: bool):
 
 
 def _has_header(headers: pa.ChunkedArray, name: str) -> bool:
+    if headers.null_count == len(headers):
+        return False
     keys = pc.struct_field(pc.list_flatten(headers), "key")
     return bool(pc.any(pc.equal(keys, name)).as_py())
 
