@@ -124,11 +124,13 @@ def typed_types(options: Mapping[str, str]) -> dict[str, pa.DataType]:
 
 
 class LakelogBatchReader(DataSourceReader):
-    def __init__(self, options: Mapping[str, str], typed: Mapping[str, pa.DataType]) -> None:
+    def __init__(
+        self, options: Mapping[str, str], typed: Mapping[str, pa.DataType] | None = None
+    ) -> None:
         self._committed = isolation_of(options).needs_index
         self._options = lowercase(options)
         self._include_headers = flag(options, "includeHeaders", False)
-        self._typed = dict(typed)
+        self._typed = dict(typed or {})
 
     def partitions(self) -> list[OffsetSplit]:
         root = root_of(self._options)
