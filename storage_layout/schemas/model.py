@@ -31,13 +31,11 @@ class Reference:
         return {"name": self.name, "subject": self.subject, "version": self.version}
 
 
+@dataclass(frozen=True, slots=True, eq=False)
 class ParsedSchema(abc.ABC):
-    """A schema that parsed, with its references resolved. Subclasses are frozen dataclasses
-    holding the format library's own objects."""
-
-    schema_type: str
-    text: str  # the canonical form: stored, served, compared
-    references: tuple[Reference, ...]
+    """A schema that parsed, with its references resolved: a frozen value. Subclasses add
+    `schema_type`, `text` (the canonical form: stored, served, compared) and `references`,
+    and hold the format library's own objects."""
 
     def fingerprint(self) -> str:
         """Equal for equal schemas: the registry's one id per schema."""

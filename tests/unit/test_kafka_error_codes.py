@@ -104,7 +104,10 @@ FORMER_TABLE: dict[type[Exception], ErrorCode] = {
     QuotaExceeded: ErrorCode.throttling_quota_exceeded,
 }
 # Errors no request reaches over the Kafka protocol, whose code is now Kafka's own name.
-NAMED_SINCE = {"TransactionalIdNotFound": ErrorCode.transactional_id_not_found}
+NAMED_SINCE = {
+    "TransactionalIdNotFound": ErrorCode.transactional_id_not_found,
+    "RecordSchemaInvalid": ErrorCode.invalid_record,  # schema validation (issue 26)
+}
 
 
 def every_error_class() -> list[type[Exception]]:
