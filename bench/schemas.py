@@ -106,7 +106,10 @@ class Node:
 
     def stop(self) -> None:
         self.process.terminate()
-        self.process.wait(30)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
 
 
 def payloads(schema_id: int, count: int) -> list[bytes]:
@@ -233,14 +236,18 @@ def bench_spark(node: Node, records: int) -> dict:
         {"bootstrap.servers": node.bootstrap, "linger.ms": 20, "batch.size": 1_000_000}
     )
     for n in range(records):
-        producer.produce("bench-spark", value=values[n % len(values)])
-        if n % 50_000 == 0:
-            producer.poll(0)
+        while True:
+            try:
+                producer.produce("bench-spark", value=values[n % len(values)])
+                break
+            except BufferError:  # the client's queue is full: let deliveries drain it
+                producer.poll(0.05)
     assert producer.flush(120) == 0
     builder = (
         SparkSession.builder.master("local[2]")
         .appName("bench-schemas")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config(
             "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -249,15 +256,22 @@ def bench_spark(node: Node, records: int) -> dict:
     avro_package = f"org.apache.spark:spark-avro_2.13:{pyspark.__version__}"
     spark = configure_spark_with_delta_pip(builder, extra_packages=[avro_package]).getOrCreate()
     path = str(Path(node.data_dir) / "topics" / "bench-spark" / "0")
-    table = spark.read.format("delta").load(path)
-    typed = table.groupBy("value_fields.currency").agg(F.sum("value_fields.amount"))
-    payload = F.expr("substring(value, 6, length(value) - 5)")
-    decoded = table.select(from_avro(payload, json.dumps(SCHEMA)).alias("v"))
-    raw = decoded.groupBy("v.currency").agg(F.sum("v.amount"))
 
-    def timed(frame) -> float:
+    # A new DataFrame for every run: actions on one DataFrame reuse its shuffle files, which
+    # would time only the final stage.
+    def typed():
+        table = spark.read.format("delta").load(path)
+        return table.groupBy("value_fields.currency").agg(F.sum("value_fields.amount"))
+
+    def raw():
+        table = spark.read.format("delta").load(path)
+        payload = F.expr("substring(value, 6, length(value) - 5)")
+        decoded = table.select(from_avro(payload, json.dumps(SCHEMA)).alias("v"))
+        return decoded.groupBy("v.currency").agg(F.sum("v.amount"))
+
+    def timed(build) -> float:
         started = time.monotonic()
-        rows = frame.collect()
+        rows = build().collect()
         assert len(rows) == 3
         return time.monotonic() - started
 
@@ -268,8 +282,8 @@ def bench_spark(node: Node, records: int) -> dict:
         for kind, frame in (("typed", typed), ("from_avro", raw))[:: 1 if number % 2 else -1]:
             timings[kind].append(timed(frame))
             log(f"spark run {number + 1}/{RUNS_SPARK} {kind}: {timings[kind][-1]:.2f} s")
-    typed_sums = sorted(tuple(r) for r in typed.collect())
-    raw_sums = sorted(tuple(r) for r in raw.collect())
+    typed_sums = sorted(tuple(r) for r in typed().collect())
+    raw_sums = sorted(tuple(r) for r in raw().collect())
     assert [(c, round(s, 3)) for c, s in typed_sums] == [(c, round(s, 3)) for c, s in raw_sums]
     spark.stop()
     return {
