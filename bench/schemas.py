@@ -190,6 +190,7 @@ def bench_produce(node: Node, seconds: float, rounds: int) -> dict:
         for kind in order:
             topic = f"bench-{kind}-{number}"
             create_topic(node, topic)
+            register(node, f"{topic}-value")  # the topic's subject: its ids are typed there
             values = typed if kind == "typed" else untyped
             result = produce_rounds(node, topic, values, seconds)
             log(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,15 +99,18 @@ class SchemaFormats:
 
     # ---- v3 produce --------------------------------------------------------------------------
 
-    async def v3_section(self, topic: str, section: object, field: str) -> tuple[object, dict]:
+    async def v3_section(
+        self, topic: str, section: object, field: str, authorize: Callable[[str], None]
+    ) -> tuple[object, dict]:
         """A v3 record's `key` or `value` of a schema type, serialized: the section as BINARY
-        and what its delivery report says about it (type, schema id and version)."""
+        and what its delivery report says about it (type, schema id and version). A
+        `raw_schema` registers under a subject `authorize` allows (WRITE on it)."""
         if not isinstance(section, dict):
             return section, {}
         kind = str(section.get("type", "")).upper()
         if kind not in V3_TYPES:
             return section, {}
-        side = await self._v3_side(topic, section, field, V3_TYPES[kind])
+        side = await self._v3_side(topic, section, field, V3_TYPES[kind], authorize)
         data = section.get("data")
         encoded = None if data is None else side.encode(data, f"'{field}.data'")
         binary = {"type": "BINARY", "data": None}
@@ -117,11 +121,16 @@ class SchemaFormats:
             report.update(subject=side.subject, schema_version=side.version)
         return binary, report
 
-    async def _v3_side(self, topic, section: dict, field: str, schema_type: str) -> SideSchema:
+    async def _v3_side(
+        self, topic, section: dict, field: str, schema_type: str, authorize
+    ) -> SideSchema:
         subject = section.get("subject") or topic_subject(topic, is_key=field == "key")
+        if not isinstance(subject, str):
+            raise ApiError(422, SCHEMA_CODE, f"'{field}.subject' must be a string.")
         if section.get("schema_id") is not None:
             return await self._by_id(section["schema_id"], f"'{field}.schema_id'")
         if section.get("raw_schema") is not None:
+            authorize(subject)
             return await self._registered(subject, schema_type, section["raw_schema"], field)
         version = section.get("schema_version", "latest")
         try:

@@ -378,8 +378,7 @@ fn decode_value(node: &Node, col: &mut Col, r: &mut Reader<'_>) -> Result<(), St
                 count += 1;
                 decode(item, child, r)
             })?;
-            let last = *offsets.last().unwrap_or(&0);
-            offsets.push(last + i32::try_from(count).map_err(|_| "array too long")?);
+            push_offset(offsets, count)?;
         }
         (Node::Map(value), Col::Map(_, offsets, keys, values)) => {
             let mut count = 0usize;
@@ -388,8 +387,7 @@ fn decode_value(node: &Node, col: &mut Col, r: &mut Reader<'_>) -> Result<(), St
                 decode(&Node::Utf8, keys, r)?;
                 decode(value, values, r)
             })?;
-            let last = *offsets.last().unwrap_or(&0);
-            offsets.push(last + i32::try_from(count).map_err(|_| "map too long")?);
+            push_offset(offsets, count)?;
         }
         _ => return Err("plan and column disagree".into()),
     }
@@ -410,13 +408,23 @@ fn blocks(
             count = count.checked_neg().ok_or("bad block count")?;
             r.long()?; // the block's size in bytes
         }
-        if count as u64 > r.data.len() as u64 {
-            return Err(format!("block of {count} items in {} bytes", r.data.len()));
+        // Every item takes a byte or more (the planner refuses zero-width items), so a
+        // count over the bytes left is a lie, refused before any item is built.
+        let left = r.data.len() - r.at;
+        if count as u64 > left as u64 {
+            return Err(format!("block of {count} items in {left} bytes"));
         }
         for _ in 0..count {
             item(r)?;
         }
     }
+}
+
+fn push_offset(offsets: &mut Vec<i32>, count: usize) -> Result<(), String> {
+    let last = *offsets.last().unwrap_or(&0);
+    let next = i32::try_from(count).ok().and_then(|n| last.checked_add(n));
+    offsets.push(next.ok_or("more items than a column holds")?);
+    Ok(())
 }
 
 fn push_binary(offsets: &mut Vec<i32>, data: &mut Vec<u8>, bytes: &[u8]) -> Result<(), String> {

@@ -108,12 +108,13 @@ class RegistryView:
         return None if document is None else document["mode"]
 
 
-def schema_writes(stored: StoredSchema) -> list[Write]:
-    """A new schema: its document and its fingerprint's."""
-    return [
-        Write(KIND_SCHEMA, str(stored.id), stored.document()),
-        Write(KIND_FINGERPRINT, stored.fingerprint, {"id": stored.id}),
-    ]
+def schema_writes(stored: StoredSchema, *, keep_fingerprint: bool = False) -> list[Write]:
+    """A new schema: its document and its fingerprint's (unless the fingerprint names an id
+    already: a schema imported under a second id keeps the first as its id)."""
+    writes = [Write(KIND_SCHEMA, str(stored.id), stored.document())]
+    if not keep_fingerprint:
+        writes.append(Write(KIND_FINGERPRINT, stored.fingerprint, {"id": stored.id}))
+    return writes
 
 
 def versions_write(subject: str, versions: list[SubjectVersion]) -> Write:

@@ -43,11 +43,22 @@ def avro_form(parsed: Any) -> Form:
     return top_level(_Mapper().form(parsed, ()), is_record)
 
 
-def avro_decoder(parsed: Any):
+# The largest value of a recursive schema that is decoded: fastavro's reader recurses once per
+# level with no bound (a 100 KB value crashed the process), and each level takes a byte or
+# more, so this bounds the depth well inside the stack.
+RECURSIVE_BYTES_MAX = 256
+
+
+def avro_decoder(parsed: Any, *, recursive: bool = False):
     """payload bytes → the decoded value (Avro's own objects); ValueError when the payload
-    is not one value of the schema, to its last byte."""
+    is not one value of the schema, to its last byte, or is too large to decode safely (a
+    value of a recursive schema over RECURSIVE_BYTES_MAX)."""
 
     def decode(payload: bytes) -> Any:
+        if recursive and len(payload) > RECURSIVE_BYTES_MAX:
+            raise ValueError(
+                f"a value of a recursive schema over {RECURSIVE_BYTES_MAX} bytes is not decoded"
+            )
         buffer = io.BytesIO(payload)
         try:
             value = fastavro.schemaless_reader(buffer, parsed, None)

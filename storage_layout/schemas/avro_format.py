@@ -35,6 +35,12 @@ class AvroSchema(ParsedSchema):
     dependencies: tuple[Any, ...]
     schema: avro.schema.Schema
     parsed: Any = field(repr=False)  # fastavro's parsed form, for decoding
+    # A type that contains itself: its values nest as deep as their bytes allow, deeper than
+    # a decoder's stack (values are decoded only when small: avro_arrow.RECURSIVE_BYTES_MAX).
+    recursive: bool = False
+    # An array or map of items that take no bytes (a record without fields, fixed(0)): a few
+    # bytes would make billions of items, so such values are never decoded.
+    unbounded: bool = False
     schema_type: str = AVRO
 
     def read_errors(self, writer: ParsedSchema) -> list[str]:
@@ -101,6 +107,10 @@ def _build(document: Any, references: tuple[Reference, ...], dependencies: tuple
         raise InvalidSchema(f"Invalid AVRO schema: {error}") from error
     except (TypeError, ValueError, AttributeError, KeyError) as error:
         raise InvalidSchema(f"Invalid AVRO schema: {error!r}") from error
+    except RecursionError as error:
+        raise InvalidSchema("Invalid AVRO schema: it nests too deep.") from error
+    shape = _Shape()
+    shape.walk(parsed, ())
     return AvroSchema(
         text=compact_json(document),
         references=references,
@@ -108,4 +118,58 @@ def _build(document: Any, references: tuple[Reference, ...], dependencies: tuple
         dependencies=dependencies,
         schema=schema,
         parsed=parsed,
+        recursive=shape.recursive,
+        unbounded=shape.unbounded,
     )
+
+
+class _Shape:
+    """Whether a fastavro-parsed schema contains itself, or repeats zero-width items."""
+
+    def __init__(self) -> None:
+        self.recursive = False
+        self.unbounded = False
+        self._named: dict[str, Any] = {}
+
+    def walk(self, schema: Any, stack: tuple[str, ...]) -> None:
+        if isinstance(schema, list):
+            for member in schema:
+                self.walk(member, stack)
+        elif isinstance(schema, str):
+            if schema in stack:
+                self.recursive = True
+            elif schema in self._named:
+                self.walk(self._named[schema], stack)
+        elif isinstance(schema, dict):
+            self._walk_complex(schema, stack)
+
+    def _walk_complex(self, schema: dict, stack: tuple[str, ...]) -> None:
+        kind, name = schema.get("type"), schema.get("name")
+        if name and kind in ("record", "error", "enum", "fixed"):
+            self._named[name] = schema
+        if kind in ("record", "error"):
+            for item in schema.get("fields", ()):
+                self.walk(item["type"], (*stack, name))
+        elif kind in ("array", "map"):
+            item = schema["items"] if kind == "array" else schema["values"]
+            self.unbounded = self.unbounded or self._zero_width(item, 0)
+            self.walk(item, stack)
+        elif isinstance(kind, dict | list):
+            self.walk(kind, stack)
+
+    def _zero_width(self, schema: Any, depth: int) -> bool:
+        if depth > 64:
+            return False
+        if isinstance(schema, str):
+            if schema == "null":
+                return True
+            return schema in self._named and self._zero_width(self._named[schema], depth + 1)
+        if isinstance(schema, dict):
+            kind = schema.get("type")
+            if kind in ("record", "error"):
+                return all(self._zero_width(f["type"], depth + 1) for f in schema["fields"])
+            if kind == "fixed":
+                return int(schema.get("size", 1)) == 0
+            if kind == "null":
+                return True
+        return False

@@ -80,6 +80,14 @@ def _array(kind: pa.DataType, tree: tuple) -> pa.Array:
     return pa.Array.from_buffers(kind, length, [validity, *own], nulls)
 
 
+def _zero_width(plan: tuple) -> bool:
+    """Whether a value of `plan` can take no bytes (a record of no fields, or of such)."""
+    kind = plan[0]
+    if kind == "record":
+        return all(_zero_width(child) for child in plan[1])
+    return kind == "fixed" and plan[1] == 0
+
+
 class _Planner:
     def __init__(self) -> None:
         self._named: dict[str, Any] = {}
@@ -110,10 +118,11 @@ class _Planner:
             return ("enum", [symbol.encode() for symbol in schema["symbols"]])
         if kind == "fixed":
             return ("fixed", int(schema["size"]))
-        if kind == "array":
-            return ("array", self.plan(schema["items"], stack))
-        if kind == "map":
-            return ("map", self.plan(schema["values"], stack))
+        if kind in ("array", "map"):
+            item = self.plan(schema["items" if kind == "array" else "values"], stack)
+            if _zero_width(item):
+                raise NoPlan("repeated zero-width items")  # the decoder bounds items by bytes
+            return (kind, item)
         return self.plan(kind, stack)
 
     def _union(self, members: list, stack: tuple[str, ...]) -> tuple:

@@ -18,6 +18,7 @@ import fastavro
 import orjson
 from google.protobuf import json_format, message_factory
 
+from storage_layout.schemas.avro_arrow import RECURSIVE_BYTES_MAX
 from storage_layout.schemas.avro_format import AvroSchema
 from storage_layout.schemas.json_format import JsonSchema
 from storage_layout.schemas.model import ParsedSchema
@@ -31,6 +32,13 @@ def serialize(parsed: ParsedSchema, schema_id: int, value: Any) -> bytes:
     Raises:
         ValueError: the value does not fit the schema, with why.
     """
+    try:
+        return _serialized(parsed, schema_id, value)
+    except RecursionError as error:
+        raise ValueError("the value nests too deep") from error
+
+
+def _serialized(parsed: ParsedSchema, schema_id: int, value: Any) -> bytes:
     if isinstance(parsed, AvroSchema):
         return prefix(schema_id) + _avro_bytes(parsed, value)
     if isinstance(parsed, JsonSchema):
@@ -52,9 +60,20 @@ def deserialize(parsed: ParsedSchema, payload: bytes, message_indexes=(0,)) -> A
     """A payload (after the wire format's prefix) as JSON.
 
     Raises:
-        ValueError: the payload is not a value of the schema.
+        ValueError: the payload is not a value of the schema (or not one decoded safely).
     """
+    try:
+        return _deserialized(parsed, payload, message_indexes)
+    except RecursionError as error:
+        raise ValueError("the value nests too deep to decode") from error
+
+
+def _deserialized(parsed: ParsedSchema, payload: bytes, message_indexes) -> Any:
     if isinstance(parsed, AvroSchema):
+        if parsed.unbounded:
+            raise ValueError("arrays or maps of zero-width items are not decoded")
+        if parsed.recursive and len(payload) > RECURSIVE_BYTES_MAX:
+            raise ValueError(f"a value of a recursive schema over {RECURSIVE_BYTES_MAX} bytes")
         try:
             record = fastavro.schemaless_reader(io.BytesIO(payload), parsed.parsed, None)
             out = io.StringIO()

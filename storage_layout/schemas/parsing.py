@@ -26,4 +26,7 @@ def parse_schema(
         raise InvalidSchema(f"Unknown schemaType {schema_type!r}: use AVRO, JSON or PROTOBUF.")
     if not isinstance(text, str) or not text.strip():
         raise InvalidSchema("The schema is empty: give it as a string in `schema`.")
-    return parser(text, references)
+    try:
+        return parser(text, references)
+    except RecursionError as error:
+        raise InvalidSchema("The schema nests too deep to parse.") from error

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 KEY_SCHEMA_ID, KEY_FIELDS = "key_schema_id", "key_fields"
 VALUE_SCHEMA_ID, VALUE_FIELDS = "value_schema_id", "value_fields"
@@ -102,11 +103,18 @@ def merge_all(types: Iterable[pa.DataType]) -> Merged:
 
 def conform(array: pa.Array, target: pa.DataType) -> pa.Array:
     """`array` as `target` (a type merge_types gave for it): missing struct fields are null,
-    and so is any value whose type conflicts."""
+    and so is any value whose type conflicts. A type `target` only widens (more struct fields,
+    the same data in another layout: large or view strings and binaries, large lists) is a
+    cast, nested values included."""
     if isinstance(array, pa.ChunkedArray):
         return pa.chunked_array([conform(chunk, target) for chunk in array.chunks], target)
     if array.type == target:
         return array
+    if _widens(array.type, target):
+        try:
+            return array.cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            pass  # decomposed below
     if pa.types.is_struct(target) and pa.types.is_struct(array.type):
         present = {array.type.field(i).name for i in range(array.type.num_fields)}
         children = [
@@ -118,13 +126,43 @@ def conform(array: pa.Array, target: pa.DataType) -> pa.Array:
         return pa.StructArray.from_arrays(
             children, fields=list(target), mask=array.is_null() if array.null_count else None
         )
-    if pa.types.is_list(target) and pa.types.is_list(array.type):
-        values = conform(array.values, target.value_type)
-        offsets = array.offsets
+    if pa.types.is_list(target) and _is_list(array.type):
+        array = pa.concat_arrays([array]) if array.offset else array  # offsets from 0
+        values = conform(array.flatten(), target.value_type)
+        offsets = pc.subtract(array.offsets, array.offsets[0]).cast(pa.int32())
         return pa.ListArray.from_arrays(
             offsets, values, type=target, mask=array.is_null() if array.null_count else None
         )
     return pa.nulls(len(array), target)
+
+
+_STRINGS = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
+_BINARIES = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)
+
+
+def _is_list(kind: pa.DataType) -> bool:
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind)
+
+
+def _widens(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether every value of `source` is a value of `target` (no conflict anywhere)."""
+    if source == target:
+        return True
+    for family in (_STRINGS, _BINARIES):
+        if any(f(source) for f in family) and any(f(target) for f in family):
+            return True
+    if pa.types.is_struct(source) and pa.types.is_struct(target):
+        wanted = {target.field(i).name: target.field(i).type for i in range(target.num_fields)}
+        return all(
+            source.field(i).name in wanted
+            and _widens(source.field(i).type, wanted[source.field(i).name])
+            for i in range(source.num_fields)
+        )
+    if _is_list(source) and _is_list(target):
+        return _widens(source.value_type, target.value_type)
+    if pa.types.is_map(source) and pa.types.is_map(target):
+        return source.key_type == target.key_type and _widens(source.item_type, target.item_type)
+    return False
 
 
 def conform_table(typed: pa.Table, targets: dict[str, pa.DataType]) -> pa.Table:

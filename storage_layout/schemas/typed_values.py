@@ -45,16 +45,21 @@ class TypedCodec:
         Raises:
             ValueError: the payload is not a value of this schema.
         """
-        decoded = self.decode(payload)
-        return decoded if self.form.adapt is None else self.form.adapt(decoded)
+        try:
+            decoded = self.decode(payload)
+            return decoded if self.form.adapt is None else self.form.adapt(decoded)
+        except ValueError:
+            raise
+        except Exception as error:  # RecursionError and whatever else hostile data causes
+            raise ValueError(f"not decodable ({error!r})") from error
 
     def problems(self, payload: bytes) -> list[str]:
         """Why the payload is not a valid value of this schema (empty: it is)."""
         try:
             decoded = self.decode(payload)
-        except ValueError as error:
-            return [str(error)]
-        return [] if self.check is None else self.check(decoded)
+            return [] if self.check is None else self.check(decoded)
+        except Exception as error:  # RecursionError included: hostile data, not our fault
+            return [str(error) if isinstance(error, ValueError) else f"not decodable ({error!r})"]
 
 
 def typed_codec(parsed: ParsedSchema, message_indexes: tuple[int, ...] = ()) -> TypedCodec:
@@ -64,6 +69,8 @@ def typed_codec(parsed: ParsedSchema, message_indexes: tuple[int, ...] = ()) -> 
         ValueError: the message indexes name no message of the schema.
     """
     if isinstance(parsed, AvroSchema):
+        if parsed.unbounded:
+            raise ValueError("arrays or maps of zero-width items are not decoded")
         form = avro_form(parsed.parsed)
         plan = avro_plan(parsed.parsed)
         batch = None
@@ -72,7 +79,8 @@ def typed_codec(parsed: ParsedSchema, message_indexes: tuple[int, ...] = ()) -> 
             def batch(payloads: list[bytes]) -> tuple[pa.Array, list[bool]]:
                 return decode_batch(plan, form.type, payloads, 0)
 
-        return TypedCodec(form, avro_decoder(parsed.parsed), batch=batch)
+        decoder = avro_decoder(parsed.parsed, recursive=parsed.recursive)
+        return TypedCodec(form, decoder, batch=batch)
     if isinstance(parsed, JsonSchema):
         return TypedCodec(
             json_form(parsed.document, parsed.resolve), json_decode, parsed.validation_errors

@@ -233,3 +233,32 @@ def test_client_errors_carry_the_code(registry, subject):
     with pytest.raises(SchemaRegistryError) as raised:
         registry.get_latest_version(subject)
     assert (raised.value.http_status_code, raised.value.error_code) == (404, 40401)
+
+
+def test_a_version_or_an_id_is_given_only_in_import_mode(client, subject):
+    first = _register(client, subject, _avro(ID)).json()
+    rewrite = _register(client, subject, _avro(ID, QTY), version=1)
+    assert_error(rewrite, 422, 42205)  # a version never changes its schema
+    assert_error(_register(client, subject, _avro(ID, QTY), id=999), 422, 42205)
+    assert client.get(f"/subjects/{subject}/versions/1").json()["id"] == first["id"]
+    for bad in (0, 2**31, True, "7"):
+        assert_error(_register(client, subject, _avro(ID), id=bad), 422, 422)
+
+
+def test_import_mode_keeps_a_schemas_first_id(client, topic_name):
+    subject = f"{topic_name}-import"
+    first = _register(client, f"{topic_name}-first", _avro(ID, name="Imported")).json()
+    assert client.put(f"/mode/{subject}", json={"mode": "IMPORT"}).status_code == 200
+    imported = _register(
+        client, subject, _avro(ID, name="Imported"), id=first["id"] + 5000, version=3
+    )
+    assert imported.status_code == 200, imported.text
+    # looked up by its text, the schema is found in both subjects, under either id
+    found = client.post(
+        f"/subjects/{topic_name}-first", json={"schema": _avro(ID, name="Imported")}
+    )
+    assert found.json()["id"] == first["id"]
+    found = client.post(f"/subjects/{subject}", json={"schema": _avro(ID, name="Imported")})
+    assert found.json()["version"] == 3
+    clash = _register(client, subject, _avro(ID, name="Other"), id=first["id"] + 5000, version=4)
+    assert_error(clash, 422, 42205)  # an id names one schema

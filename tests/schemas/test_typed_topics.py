@@ -162,3 +162,56 @@ def test_validation_refuses_a_kafka_batch_whole(
     assert _rows(kafka_gateway, topic_name, "value") == []
     produce_all(bootstrap, topic_name, [{"value": good}])
     assert len(_rows(kafka_gateway, topic_name, "value")) == 1
+
+
+RECURSIVE = json.dumps(
+    {
+        "type": "record",
+        "name": "Node",
+        "namespace": "acme",
+        "fields": [{"name": "next", "type": ["null", "Node"], "default": None}],
+    }
+)
+ZERO_WIDTH = json.dumps(
+    {
+        "type": "record",
+        "name": "Z",
+        "namespace": "acme",
+        "fields": [
+            {
+                "name": "empties",
+                "type": {
+                    "type": "array",
+                    "items": {"type": "record", "name": "Empty", "fields": []},
+                },
+            }
+        ],
+    }
+)
+
+
+def test_hostile_values_are_stored_untyped_and_the_node_lives(
+    kafka_gateway, bootstrap, client_of_kafka_gateway, registry, topic_name
+):
+    """A recursive schema's deep value (which would overflow a decoder's stack), arrays of
+    zero-width items claiming billions of them, and a truncated GUID header: each record is
+    appended as bytes, untyped, and the node keeps serving."""
+    create(bootstrap, topic_name)
+    from confluent_kafka.schema_registry import Schema
+
+    recursive_id = registry.register_schema(f"{topic_name}-value", Schema(RECURSIVE, "AVRO"))
+    client_of_kafka_gateway.put(f"/config/{topic_name}-value", json={"compatibility": "NONE"})
+    zero_id = registry.register_schema(f"{topic_name}-value", Schema(ZERO_WIDTH, "AVRO"))
+    deep = b"\x00" + recursive_id.to_bytes(4, "big") + b"\x02" * 100_000 + b"\x00"
+    billions = b"\x00" + zero_id.to_bytes(4, "big") + b"\xfe\xff\xff\xff\x0f" * 50 + b"\x00"
+    records = [
+        {"value": deep},
+        {"value": billions},
+        {"value": b"plain", "headers": [("__value_schema_id", b"\x01abcd")]},
+    ]
+    produce_all(bootstrap, topic_name, records)
+    table = DeltaTable(partition_table_uri(kafka_gateway.root, topic_name, 0))
+    assert "value_fields" not in table.schema().to_arrow().names  # nothing was typed
+    rows = _rows(kafka_gateway, topic_name, "value")
+    assert [r["value"] for r in rows] == [r["value"] for r in records]
+    assert client_of_kafka_gateway.get("/subjects").status_code == 200

@@ -86,3 +86,26 @@ def test_confluents_client_with_basic_auth(env):
     )
     schema_id = registry.register_schema("orders-key", Schema(SCHEMA, "AVRO"))
     assert registry.get_schema(schema_id).schema_type == "AVRO"
+
+
+def test_v3_records_register_only_under_subjects_they_may_write(env):
+    alice, admin = env["alice"], env["admin"]
+    topic = "orders"
+    assert admin.post(
+        "/v3/clusters/lakelog/topics", json={"topic_name": topic, "partitions_count": 1}
+    ).status_code in (201, 400)
+    time.sleep(PROPAGATION_S)
+    url = f"/v3/clusters/lakelog/topics/{topic}/records"
+    elsewhere = {
+        "value": {
+            "type": "AVRO",
+            "subject": "billing.Secret",
+            "raw_schema": SCHEMA,
+            "data": {"a": 1},
+        }
+    }
+    report = alice.post(url, json=elsewhere).json()
+    assert report["error_code"] == 40301, report
+    assert_error(admin.get("/subjects/billing.Secret/versions"), 404, 40401)
+    own = {"value": {"type": "AVRO", "raw_schema": SCHEMA, "data": {"a": 2}}}
+    assert alice.post(url, json=own).json()["error_code"] == 200

@@ -170,9 +170,8 @@ class SchemaRegistry:
         if not found:
             raise SubjectNotFound(subject)
         fingerprint = self._request_schema(request, view, normalize).fingerprint()
-        schema_id = view.id_of(fingerprint)
         for version in reversed(found):
-            if version.id == schema_id:
+            if _fingerprint(view, version.id) == fingerprint:
                 return Registered(version, self._stored(view, version.id))
         raise SchemaNotFound("Schema not found")
 
@@ -201,20 +200,24 @@ class SchemaRegistry:
         if mode in (READONLY, READONLY_OVERRIDE):
             raise OperationNotPermitted(f"Subject '{subject}' is in read-only mode.")
         versions = view.versions(subject)
-        schema_id = view.id_of(parsed.fingerprint())
+        fingerprint = parsed.fingerprint()
         live = [v for v in versions if not v.deleted]
-        if request.schema_id is None:
-            existing = next((v for v in reversed(live) if v.id == schema_id), None)
+        if request.schema_id is None and request.version is None:
+            existing = next(
+                (v for v in reversed(live) if _fingerprint(view, v.id) == fingerprint), None
+            )
             if existing is not None:
                 return Registered(existing, self._stored(view, existing.id))
             self._check_compatible(view, subject, parsed, live)
+            schema_id = view.id_of(fingerprint)
         else:
-            schema_id = self._imported_id(view, mode, request, schema_id)
+            schema_id = self._imported_id(view, mode, request, fingerprint)
+            _check_imported_version(subject, versions, request.version, schema_id)
         number = request.version or max((v.version for v in versions), default=0) + 1
         writes = []
         if schema_id is None or view.schema(schema_id) is None:
-            stored = _stored_of(request.schema_id or view.next_id(), parsed)
-            writes += schema_writes(stored)
+            stored = _stored_of(schema_id or view.next_id(), parsed)
+            writes += schema_writes(stored, keep_fingerprint=view.id_of(fingerprint) is not None)
         else:
             stored = self._stored(view, schema_id)
         version = SubjectVersion(subject, number, stored.id)
@@ -223,15 +226,18 @@ class SchemaRegistry:
         return Registered(version, stored, writes)
 
     def _imported_id(
-        self, view: RegistryView, mode: str, request: SchemaRequest, schema_id: int | None
-    ) -> int:
-        """The id an IMPORT-mode registration gives: its own, unless taken by another schema."""
+        self, view: RegistryView, mode: str, request: SchemaRequest, fingerprint: str
+    ) -> int | None:
+        """The id an IMPORT-mode registration gives: its own (unless another schema has
+        it), or the schema's id when it gives none."""
         if mode != IMPORT:
             raise OperationNotPermitted(
-                "A schema id can be given only in IMPORT mode: set the mode first."
+                "A schema id or version can be given only in IMPORT mode: set the mode first."
             )
+        if request.schema_id is None:
+            return view.id_of(fingerprint)
         taken = view.schema(request.schema_id)
-        if taken is not None and schema_id != request.schema_id:
+        if taken is not None and taken.fingerprint != fingerprint:
             raise OperationNotPermitted(
                 f"Schema id {request.schema_id} is already used by a different schema."
             )
@@ -466,7 +472,7 @@ def parse_version(spec: str) -> int | None:
     text = str(spec).strip()
     if text.lower() == "latest" or text == "-1":
         return None
-    if not text.isdigit() or not 1 <= int(text) <= VERSION_MAX:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= VERSION_MAX:
         raise InvalidVersion(spec)
     return int(text)
 
@@ -503,6 +509,23 @@ def _subject_settings(view: RegistryView, subject: str) -> list[Write]:
 def _has_schemas(view: RegistryView, subject: str | None) -> bool:
     subjects = view.subjects() if subject is None else [subject]
     return any(view.versions(s) for s in subjects)
+
+
+def _fingerprint(view: RegistryView, schema_id: int) -> str | None:
+    stored = view.schema(schema_id)
+    return None if stored is None else stored.fingerprint
+
+
+def _check_imported_version(
+    subject: str, versions: list[SubjectVersion], number: int | None, schema_id: int | None
+) -> None:
+    """An imported version may not change what an existing version means."""
+    existing = next((v for v in versions if v.version == number), None)
+    if existing is not None and existing.id != schema_id:
+        raise OperationNotPermitted(
+            f"Subject '{subject}' version {number} already holds schema {existing.id}: "
+            "a version never changes its schema."
+        )
 
 
 def _stored_of(schema_id: int, parsed: ParsedSchema) -> StoredSchema:

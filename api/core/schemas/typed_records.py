@@ -49,6 +49,7 @@ from storage_layout.topic_config import TopicConfig
 
 Blocking = Callable[..., Awaitable]
 UNKNOWN_ID_RETRY_S = 5.0
+UNKNOWN_REMEMBERED_MAX = 10_000
 NOT_FAST = object()  # _prefixed_side: not the common case
 SUBJECTS_RECHECK_S = 0.1
 
@@ -106,7 +107,7 @@ class TypedRecords:
         column = table.column("key" if is_key else "value")
         validate = config.validates_schema(is_key=is_key)
         if not validate:
-            fast = await self._prefixed_side(column, table.column("headers"), is_key)
+            fast = await self._prefixed_side(topic, config, column, table, is_key)
             if fast is not NOT_FAST:
                 return fast
         refs = _refs(column, table.column("headers"), is_key)
@@ -127,15 +128,13 @@ class TypedRecords:
                 groups.setdefault(key, []).append((index, value))
         if not groups:
             return None
-        fields = self._fields_array(groups, len(payloads), ids)
-        names = (KEY_SCHEMA_ID, KEY_FIELDS) if is_key else (VALUE_SCHEMA_ID, VALUE_FIELDS)
-        return {names[0]: pa.array(ids, SCHEMA_ID_TYPE), names[1]: fields}
+        return _typed_columns(is_key, ids, self._fields_array(groups, len(payloads), ids))
 
-    async def _prefixed_side(self, column, headers, is_key: bool):
+    async def _prefixed_side(self, topic, config, column, table, is_key: bool):
         """The common case in one pass with no object per record: no header names a schema,
         and every schema the prefixes name decodes in batches (Avro in Rust). NOT_FAST when
         the case is not that one (the general path then decides)."""
-        if _has_header(headers, wire.header_name(is_key=is_key)):
+        if _has_header(table.column("headers"), wire.header_name(is_key=is_key)):
             return NOT_FAST
         firsts = pc.binary_slice(column, 0, 1)
         if not pc.any(pc.equal(firsts, b"\x00")).as_py():
@@ -149,8 +148,8 @@ class TypedRecords:
         groups: dict[tuple[int, tuple[int, ...]], list[tuple[int, Any]]] = {}
         for schema_id, indexes in by_id.items():
             found = await self._schema(schema_id)
-            if found is None:
-                continue
+            if found is None or await self._subject_refusal(topic, config, found, is_key):
+                continue  # not the topic's schema: stored untyped
             if found.parsed.schema_type == PROTOBUF:
                 return NOT_FAST  # message indexes per record: the general path
             codec = self._codec((schema_id, ()), found)
@@ -161,9 +160,7 @@ class TypedRecords:
                 ids[index] = schema_id
         if not groups:
             return None
-        fields = self._fields_array(groups, len(payloads), ids)
-        names = (KEY_SCHEMA_ID, KEY_FIELDS) if is_key else (VALUE_SCHEMA_ID, VALUE_FIELDS)
-        return {names[0]: pa.array(ids, SCHEMA_ID_TYPE), names[1]: fields}
+        return _typed_columns(is_key, ids, self._fields_array(groups, len(payloads), ids))
 
     async def _load(self, refs, topic, config, is_key, validate) -> dict[int, str | None]:
         """Look up (once per batch, cached across batches) the schemas `refs` name; when the
@@ -176,7 +173,7 @@ class TypedRecords:
             seen.add(ref.guid or ref.schema_id)
             schema_id = ref.schema_id if ref.guid is None else await self._id_of_guid(ref.guid)
             found = None if schema_id is None else await self._schema(schema_id)
-            if validate and found is not None and schema_id not in refusals:
+            if found is not None and schema_id not in refusals:
                 refusals[schema_id] = await self._subject_refusal(topic, config, found, is_key)
         return refusals
 
@@ -198,6 +195,8 @@ class TypedRecords:
         key = (schema_id, resolved.message_indexes)
         codec = self._codec(key, found)
         data = payload[resolved.payload_at :]
+        if refusals.get(schema_id) is not None and not validate:
+            return None  # a schema of another subject types nothing here
         if validate:
             reason = refusals.get(schema_id) or _payload_refusal(found, codec, data)
             if reason is not None:
@@ -208,7 +207,7 @@ class TypedRecords:
             return key, data  # decoded with the rest of its group (_fields_array)
         try:
             return key, codec.value(data)
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except ValueError:  # TypedCodec.value turns whatever hostile data causes into this
             metrics.TYPED_DECODE_FAILURES.inc()
             return None
 
@@ -261,7 +260,7 @@ class TypedRecords:
             stored = await self._blocking(self._registry.schema_by_id, schema_id)
             parsed = await self._blocking(self._registry.parsed, stored)
         except (RegistryError, InvalidSchema):
-            self._unknown[schema_id] = time.monotonic() + UNKNOWN_ID_RETRY_S
+            self._remember_unknown(schema_id)
             return None
         found = self._schemas[schema_id] = _Schema(stored, parsed)
         return found
@@ -272,10 +271,15 @@ class TypedRecords:
         try:
             stored = await self._blocking(self._registry.schema_by_guid, guid)
         except RegistryError:
-            self._unknown[guid] = time.monotonic() + UNKNOWN_ID_RETRY_S
+            self._remember_unknown(guid)
             return None
         self._guids[guid] = stored.id
         return stored.id
+
+    def _remember_unknown(self, name: object) -> None:
+        if len(self._unknown) >= UNKNOWN_REMEMBERED_MAX:  # random ids must not grow it forever
+            self._unknown.clear()
+        self._unknown[name] = time.monotonic() + UNKNOWN_ID_RETRY_S
 
     def _codec(self, key: tuple[int, tuple[int, ...]], found: _Schema) -> TypedCodec | None:
         if key not in self._codecs:
@@ -299,6 +303,11 @@ class TypedRecords:
         found = frozenset(v.subject for v in versions)
         self._subjects[schema_id] = (now, found)
         return subject in found
+
+
+def _typed_columns(is_key: bool, ids: list[int | None], fields: pa.Array) -> dict:
+    names = (KEY_SCHEMA_ID, KEY_FIELDS) if is_key else (VALUE_SCHEMA_ID, VALUE_FIELDS)
+    return {names[0]: pa.array(ids, SCHEMA_ID_TYPE), names[1]: fields}
 
 
 def _payload_refusal(found: _Schema, codec: TypedCodec | None, data: bytes) -> str | None:
@@ -356,8 +365,9 @@ class _LazyRef:
     @classmethod
     def of(cls, payload: bytes | None, record_headers: list | None, name: str) -> _LazyRef | None:
         header = next((h["value"] for h in record_headers or () if h["key"] == name), None)
-        if header is not None and len(header) >= 5 and header[0] in (0, 1):
-            return cls(header, from_header=True)
+        if header is not None and len(header) >= (17 if header[:1] == b"\x01" else 5):
+            if header[0] in (wire.MAGIC_ID, wire.MAGIC_GUID):
+                return cls(header, from_header=True)
         if payload is not None and len(payload) >= 5 and payload[0] == 0:
             return cls(payload, from_header=False)
         return None

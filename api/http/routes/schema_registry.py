@@ -386,11 +386,16 @@ def _references(raw: object) -> tuple[Reference, ...]:
     return tuple(references)
 
 
+ID_MAX = 2**31 - 1  # ids and versions are int32 (the wire format has 4 bytes for an id)
+
+
 def _optional_int(body: dict, name: str) -> int | None:
     value = body.get(name)
-    if value is None or (isinstance(value, int) and value > 0):
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= ID_MAX:
         return value
-    raise ApiError(422, 422, f"`{name}` must be a positive integer.")
+    raise ApiError(422, 422, f"`{name}` must be an integer from 1 to {ID_MAX}.")
 
 
 # ---- answers ---------------------------------------------------------------------------------

@@ -177,6 +177,9 @@ class _Producer:
             report[field] = {**report[field], **section}
         return report
 
+    def _authorize_subject(self, subject: str) -> None:
+        access.require_subject(self.request, "WRITE", subject)
+
     async def _serialized(self, document: object) -> tuple[object, dict[str, dict]]:
         """A record whose key or value has a schema type (AVRO, JSONSCHEMA, PROTOBUF), with
         them serialized as BINARY; what its report says of them."""
@@ -185,7 +188,9 @@ class _Producer:
         formats = self.request.app.state.schema_formats
         sections = {}
         for field in ("key", "value"):
-            section, report = await formats.v3_section(self.topic, document.get(field), field)
+            section, report = await formats.v3_section(
+                self.topic, document.get(field), field, self._authorize_subject
+            )
             if report:
                 document = {**document, field: section}
                 sections[field] = report
