@@ -250,7 +250,7 @@ class Broker:
         batch = [records[i].record for i in indexes]
         try:
             pending = await self.submit(
-                topic.name, partition, batch, producer=producer_batch, forward=True
+                topic.name, partition, batch, producer=producer_batch, forward=True, topic=topic
             )
             if acks == ACKS_NONE:
                 pending.add_done_callback(_consume_outcome)
@@ -285,7 +285,12 @@ class Broker:
         batch = await open_batch()
         produce_rules.check_keys(topic, batch.records)
         pending = await self.submit(
-            topic_name, partition, batch.records, producer=batch.producer, forward=False
+            topic_name,
+            partition,
+            batch.records,
+            producer=batch.producer,
+            forward=False,
+            topic=topic,
         )
         return topic, pending
 
@@ -298,6 +303,7 @@ class Broker:
         producer: ProducerBatch | None,
         forward: bool,
         transaction: AppTransaction | None = None,
+        topic: TopicInfo | None = None,
     ) -> asyncio.Future:
         """Queue one partition's records here if this node leads it, else at the leader
         (`forward`), else fail with NotLeader (retriable). The future resolves to the
@@ -308,7 +314,7 @@ class Broker:
         route = await self.leaders.route(topic_name, partition)
         if route.writer is not None:
             size_bytes = records_size_bytes(batch)
-            topic = await self.topics.get(topic_name)
+            topic = topic or await self.topics.get(topic_name)  # the caller's, when it has it
             batch = await self.typed_records.attach(topic_name, topic.config, batch)
             return route.writer.submit(batch, size_bytes, producer, transaction)
         if not forward:

@@ -152,6 +152,19 @@ impl Col {
         }
     }
 
+    fn validity_ref(&self) -> &Validity {
+        match self {
+            Col::Bool(v, _)
+            | Col::I32(v, _)
+            | Col::I64(v, _)
+            | Col::F64(v, _)
+            | Col::Bin(v, _, _)
+            | Col::Struct(v, _)
+            | Col::List(v, _, _)
+            | Col::Map(v, _, _, _) => v,
+        }
+    }
+
     fn push_null(&mut self) {
         match self {
             Col::Bool(_, values) => values.push(false),
@@ -168,14 +181,15 @@ impl Col {
 
     /// The lengths of every buffer, in a fixed order (for `truncate`).
     fn lengths(&self, out: &mut Vec<usize>) {
-        let (validity, own): (&Validity, [usize; 2]) = match self {
-            Col::Bool(v, b) => (v, [b.len, 0]),
-            Col::I32(v, x) => (v, [x.len(), 0]),
-            Col::I64(v, x) => (v, [x.len(), 0]),
-            Col::F64(v, x) => (v, [x.len(), 0]),
-            Col::Bin(v, o, d) => (v, [o.len(), d.len()]),
-            Col::Struct(v, _) => (v, [0, 0]),
-            Col::List(v, o, _) | Col::Map(v, o, _, _) => (v, [o.len(), 0]),
+        let validity = self.validity_ref();
+        let own = match self {
+            Col::Bool(_, b) => [b.len, 0],
+            Col::I32(_, x) => [x.len(), 0],
+            Col::I64(_, x) => [x.len(), 0],
+            Col::F64(_, x) => [x.len(), 0],
+            Col::Bin(_, o, d) => [o.len(), d.len()],
+            Col::Struct(_, _) => [0, 0],
+            Col::List(_, o, _) | Col::Map(_, o, _, _) => [o.len(), 0],
         };
         out.extend([validity.bits.len, validity.nulls, own[0], own[1]]);
         match self {
@@ -221,16 +235,7 @@ impl Col {
     }
 
     fn to_python<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let validity = match self {
-            Col::Bool(v, _)
-            | Col::I32(v, _)
-            | Col::I64(v, _)
-            | Col::F64(v, _)
-            | Col::Bin(v, _, _)
-            | Col::Struct(v, _)
-            | Col::List(v, _, _)
-            | Col::Map(v, _, _, _) => v,
-        };
+        let validity = self.validity_ref();
         let bitmap = (validity.nulls > 0).then(|| PyBytes::new(py, &validity.bits.bytes));
         let (buffers, children): (Vec<Bound<'py, PyBytes>>, Vec<Bound<'py, PyTuple>>) = match self {
             Col::Bool(_, b) => (vec![PyBytes::new(py, &b.bytes)], vec![]),

@@ -81,12 +81,7 @@ def parse_avro(text: str, references: Sequence[tuple[Reference, ParsedSchema]]) 
     """
     check_size(text)
     dependencies: list[Any] = []
-    for reference, parsed in references:
-        if not isinstance(parsed, AvroSchema):
-            raise InvalidSchema(
-                f"Reference {reference.name!r} ({reference.subject} version "
-                f"{reference.version}) is a {parsed.schema_type} schema, not AVRO."
-            )
+    for _, parsed in references:  # of its type: parsing.parse_schema checks
         for document in (*parsed.dependencies, parsed.document):
             if not any(document is known for known in dependencies):
                 dependencies.append(document)

@@ -75,11 +75,6 @@ def parse_json_schema(
     check_size(text)
     resources: dict[str, Any] = {}
     for reference, parsed in references:
-        if not isinstance(parsed, JsonSchema):
-            raise InvalidSchema(
-                f"Reference {reference.name!r} ({reference.subject} version "
-                f"{reference.version}) is a {parsed.schema_type} schema, not JSON."
-            )
         resources.update(parsed.resources)
         resources[reference.name] = parsed.document
     document = load_json(text, "JSON")

@@ -26,6 +26,12 @@ def parse_schema(
         raise InvalidSchema(f"Unknown schemaType {schema_type!r}: use AVRO, JSON or PROTOBUF.")
     if not isinstance(text, str) or not text.strip():
         raise InvalidSchema("The schema is empty: give it as a string in `schema`.")
+    for reference, parsed in references:  # a schema references schemas of its own type
+        if parsed.schema_type != schema_type:
+            raise InvalidSchema(
+                f"Reference {reference.name!r} ({reference.subject} version "
+                f"{reference.version}) is a {parsed.schema_type} schema, not {schema_type}."
+            )
     try:
         return parser(text, references)
     except RecursionError as error:

@@ -100,11 +100,6 @@ def parse_protobuf(
     check_size(text)
     dependencies: dict[str, bytes] = {}
     for reference, parsed in references:
-        if not isinstance(parsed, ProtobufSchema):
-            raise InvalidSchema(
-                f"Reference {reference.name!r} ({reference.subject} version "
-                f"{reference.version}) is a {parsed.schema_type} schema, not PROTOBUF."
-            )
         dependencies.update(parsed.dependencies)
         named = descriptor_pb2.FileDescriptorProto()
         named.CopyFrom(parsed.file)

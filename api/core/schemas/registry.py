@@ -345,13 +345,14 @@ class SchemaRegistry:
     # ---- compatibility levels and modes ------------------------------------------------------
 
     def compatibility(self, subject: str | None, *, default_to_global: bool) -> str:
-        view = self.view()
-        if subject is None:
-            return view.config(GLOBAL) or DEFAULT_LEVEL
-        level = view.config(subject)
-        if level is None and not default_to_global:
-            raise CompatibilityNotConfigured(subject)
-        return level or view.config(GLOBAL) or DEFAULT_LEVEL
+        return _setting(
+            RegistryView.config,
+            self.view(),
+            subject,
+            DEFAULT_LEVEL,
+            default_to_global=default_to_global,
+            not_set=CompatibilityNotConfigured,
+        )
 
     def set_compatibility(self, subject: str | None, level: object) -> str:
         if not isinstance(level, str) or level.upper() not in LEVELS:
@@ -382,13 +383,14 @@ class SchemaRegistry:
         return self._table.transact(decide).value
 
     def mode(self, subject: str | None, *, default_to_global: bool) -> str:
-        view = self.view()
-        if subject is None:
-            return view.mode(GLOBAL) or READWRITE
-        mode = view.mode(subject)
-        if mode is None and not default_to_global:
-            raise ModeNotConfigured(subject)
-        return mode or view.mode(GLOBAL) or READWRITE
+        return _setting(
+            RegistryView.mode,
+            self.view(),
+            subject,
+            READWRITE,
+            default_to_global=default_to_global,
+            not_set=ModeNotConfigured,
+        )
 
     def set_mode(self, subject: str | None, mode: object, *, force: bool) -> str:
         if not isinstance(mode, str) or mode.upper() not in MODES:
@@ -418,10 +420,10 @@ class SchemaRegistry:
     # ---- internals ---------------------------------------------------------------------------
 
     def _level(self, view: RegistryView, subject: str) -> str:
-        return view.config(subject) or view.config(GLOBAL) or DEFAULT_LEVEL
+        return _setting(RegistryView.config, view, subject, DEFAULT_LEVEL)
 
     def _mode(self, view: RegistryView, subject: str) -> str:
-        return view.mode(subject) or view.mode(GLOBAL) or READWRITE
+        return _setting(RegistryView.mode, view, subject, READWRITE)
 
     def _check_writable(self, view: RegistryView, subject: str) -> None:
         if self._mode(view, subject) == READONLY:
@@ -509,6 +511,24 @@ def _subject_settings(view: RegistryView, subject: str) -> list[Write]:
 def _has_schemas(view: RegistryView, subject: str | None) -> bool:
     subjects = view.subjects() if subject is None else [subject]
     return any(view.versions(s) for s in subjects)
+
+
+def _setting(
+    read,
+    view: RegistryView,
+    subject: str | None,
+    default: str,
+    *,
+    default_to_global: bool = True,
+    not_set: type[Exception] | None = None,
+) -> str:
+    """A subject's level or mode (`read`: RegistryView.config or .mode): its own, else the
+    global one, else `default`; `not_set(subject)` when it has none and `default_to_global`
+    is off (None: the global settings)."""
+    own = None if subject is None else read(view, subject)
+    if subject is not None and own is None and not default_to_global and not_set is not None:
+        raise not_set(subject)
+    return own or read(view, GLOBAL) or default
 
 
 def _fingerprint(view: RegistryView, schema_id: int) -> str | None:
