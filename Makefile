@@ -11,7 +11,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8082
 KAFKA_PORT ?= 9092
 
-.PHONY: install run test test-fast lint format bench clean chaos
+.PHONY: install kafka-jars run test test-fast lint format bench clean chaos
 
 install: $(STAMP) $(NATIVE_STAMP)
 
@@ -37,7 +37,12 @@ $(NATIVE_STAMP): $(STAMP) native/Cargo.toml native/Cargo.lock native/pyproject.t
 run: install
 	$(BIN)/lakelog serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT) --kafka-port $(KAFKA_PORT)
 
-test: install
+# Apache Kafka's jars (its Java clients, tools, Streams, Connect, MirrorMaker 2 and the broker the
+# tests compare against), downloaded once with mvn into .venv/kafka-<version>/libs.
+kafka-jars: install
+	$(BIN)/python -m tests.apache_kafka
+
+test: install kafka-jars
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/pytest

@@ -3,8 +3,8 @@
 Both servers run on loopback as child processes of this bench: `lakelog serve --kafka-port`
 (scheduled maintenance off, Delta tables on the temp dir's disk) and Apache Kafka 4.1.1 in KRaft
 combined mode (one node, broker and controller; -Xmx1G -Xms1G and the GC flags of
-kafka-server-start.sh), started from Maven Central jars that the bench downloads once with mvn
-into .venv/kafka-4.1.1/libs. The same client (confluent-kafka / librdkafka) sends the same
+kafka-server-start.sh), started from Maven Central jars (tests/apache_kafka.py, downloaded once
+into .venv/kafka-4.1.1/libs). The same client (confluent-kafka / librdkafka) sends the same
 records (100-byte values, 8-byte keys, cycled from 10 000 prebuilt random ones) to a fresh
 1-partition topic per case, with the same settings on both sides: acks=all,
 enable.idempotence=false, linger.ms=5, batch.size 1 MB, at most 5 requests in flight (the Java
@@ -47,13 +47,13 @@ are measured per run: on 2 cores the Python client can be the bottleneck.
 Usage: .venv/bin/python bench/kafka_compare.py [--seconds S] [--quick] [--json PATH]
            [--skip-kafka] [--latency-linger-ms MS [MS ...]] [--cases C,C] [--tmp-dir DIR]
 Progress goes to stderr, the results tables to stdout. A full run takes about 4.5 minutes (and a
-one-off download of ~45 MB of jars), --quick about 1.5 minutes. Exit code 1 if a run failed.
+one-off download of Kafka's jars, tests/apache_kafka.py), --quick about 1.5 minutes. Exit code 1
+if a run failed.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import itertools
 import json
 import math
@@ -62,7 +62,6 @@ import random
 import shlex
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -82,23 +81,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.produce_fetch import CpuMeter, log, machine_info, report_header  # noqa: E402
-from tests.gateway_process import GatewayProcess, free_port, start_gateway  # noqa: E402
-
-KAFKA_VERSION = "4.1.1"
-LOG4J_VERSION = "2.25.5"
-KAFKA_DIR = REPO / ".venv" / f"kafka-{KAFKA_VERSION}"  # pom.xml and libs/ (the jars), reused
-KAFKA_HEAP = "1G"
-# kafka-server-start.sh / kafka-run-class.sh defaults
-KAFKA_JVM_FLAGS = (
-    "-server",
-    "-XX:+UseG1GC",
-    "-XX:MaxGCPauseMillis=20",
-    "-XX:InitiatingHeapOccupancyPercent=35",
-    "-XX:+ExplicitGCInvokesConcurrent",
-    "-Djava.awt.headless=true",
-)
-KAFKA_START_TIMEOUT_S = 90.0
-KAFKA_STOP_TIMEOUT_S = 30.0
+from tests.apache_kafka import KAFKA_VERSION, KafkaBroker, start_kafka  # noqa: E402
+from tests.gateway_process import GatewayProcess, start_gateway  # noqa: E402
 
 VALUE_BYTES = 100
 KEY_BYTES = 8
@@ -202,193 +186,6 @@ def make_records(seed: int) -> list[tuple[bytes, bytes]]:
         (f"k{i:0{KEY_BYTES - 1}d}".encode(), rng.randbytes(VALUE_BYTES))
         for i in range(DISTINCT_RECORDS)
     ]
-
-
-# ---- Apache Kafka from Maven Central ---------------------------------------------------------
-
-POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>lakelog.bench</groupId>
-  <artifactId>kafka-broker-jars</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_2.13</artifactId>
-      <version>{KAFKA_VERSION}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-core</artifactId>
-      <version>{LOG4J_VERSION}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-slf4j-impl</artifactId>
-      <version>{LOG4J_VERSION}</version>
-    </dependency>
-  </dependencies>
-</project>
-"""
-
-LOG4J2_PROPERTIES = """status = error
-appender.console.type = Console
-appender.console.name = STDOUT
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.stdout.ref = STDOUT
-"""
-
-
-def ensure_kafka_jars(kafka_dir: Path = KAFKA_DIR) -> Path:
-    """The broker's runtime jars in `kafka_dir`/libs, copied there by mvn if not yet complete."""
-    libs, done = kafka_dir / "libs", kafka_dir / "libs.complete"
-    if done.exists():
-        return libs
-    for tool in ("mvn", "java"):
-        if shutil.which(tool) is None:
-            raise RuntimeError(f"{tool} is not on PATH: it is needed to run Apache Kafka")
-    log(f"downloading Kafka {KAFKA_VERSION} jars from Maven Central into {libs} (once) ...")
-    kafka_dir.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(libs, ignore_errors=True)
-    (kafka_dir / "pom.xml").write_text(POM)
-    command = [
-        "mvn",
-        "--batch-mode",
-        "--no-transfer-progress",
-        "-Dstyle.color=never",
-        "dependency:copy-dependencies",
-        "-DincludeScope=runtime",
-        f"-DoutputDirectory={libs}",
-    ]
-    subprocess.run(command, cwd=kafka_dir, check=True, stdout=sys.stderr, timeout=900)
-    jars = list(libs.glob("*.jar"))
-    if not (libs / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
-        raise RuntimeError(f"mvn finished but {libs} has no kafka_2.13-{KAFKA_VERSION}.jar")
-    done.write_text(f"{len(jars)} jars\n")
-    size_mb = sum(jar.stat().st_size for jar in jars) / 1e6
-    log(f"  {len(jars)} jars, {size_mb:.0f} MB")
-    return libs
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM it when this bench process dies, even by SIGKILL."""
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
-@dataclass
-class KafkaBroker:
-    process: subprocess.Popen
-    bootstrap: str
-    log_path: Path
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(KAFKA_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-
-def kafka_properties(log_dir: Path, port: int, controller_port: int) -> str:
-    settings = {
-        "process.roles": "broker,controller",
-        "node.id": 1,
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "log.dirs": str(log_dir),
-        "num.partitions": 1,
-        "offsets.topic.replication.factor": 1,
-        "transaction.state.log.replication.factor": 1,
-        "transaction.state.log.min.isr": 1,
-        "share.coordinator.state.topic.replication.factor": 1,
-        "share.coordinator.state.topic.min.isr": 1,
-        "default.replication.factor": 1,
-        "group.initial.rebalance.delay.ms": 0,
-        "auto.create.topics.enable": "false",
-    }
-    return "".join(f"{key}={value}\n" for key, value in settings.items())
-
-
-def start_kafka(libs: Path, work_dir: Path) -> KafkaBroker:
-    """Format KRaft storage in `work_dir` and start one combined broker+controller node."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    port, controller_port = free_port(), free_port()
-    while controller_port == port:
-        controller_port = free_port()
-    props = work_dir / "server.properties"
-    props.write_text(kafka_properties(work_dir / "log", port, controller_port))
-    log4j = work_dir / "log4j2.properties"
-    log4j.write_text(LOG4J2_PROPERTIES)
-    java = ["java", f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*"]
-    storage = [*java, "kafka.tools.StorageTool"]
-    cluster_id = subprocess.run(
-        [*storage, "random-uuid"], capture_output=True, text=True, check=True, timeout=120
-    ).stdout.split()[-1]
-    subprocess.run(
-        [*storage, "format", "-t", cluster_id, "-c", str(props)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    log_path = work_dir / "kafka.log"
-    command = [
-        java[0],
-        f"-Xmx{KAFKA_HEAP}",
-        f"-Xms{KAFKA_HEAP}",
-        *KAFKA_JVM_FLAGS,
-        *java[1:],
-        "kafka.Kafka",
-        str(props),
-    ]
-    with log_path.open("wb") as out:
-        process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
-        )
-    broker = KafkaBroker(process, f"127.0.0.1:{port}", log_path)
-    try:
-        wait_for_metadata(broker.bootstrap, KAFKA_START_TIMEOUT_S, process)
-    except BaseException:
-        log(f"Kafka log (last lines):\n{broker.log_tail()}")
-        broker.stop()
-        raise
-    return broker
-
-
-def wait_for_metadata(bootstrap: str, timeout_s: float, process: subprocess.Popen) -> None:
-    """Until the port accepts and a Metadata request names a broker."""
-    deadline = time.monotonic() + timeout_s
-    host, port = bootstrap.rsplit(":", 1)
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited early (code {process.returncode})")
-        try:
-            socket.create_connection((host, int(port)), timeout=1).close()
-        except OSError:
-            time.sleep(0.2)
-            continue
-        try:
-            if AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=2).brokers:
-                return
-        except confluent_kafka.KafkaException:
-            time.sleep(0.2)
-    raise RuntimeError(f"no Metadata answer from {bootstrap} within {timeout_s:g}s")
 
 
 # ---- clients ---------------------------------------------------------------------------------
@@ -777,10 +574,9 @@ def run_cases(args, seconds: float, warmup_s: float, tmp_root: Path) -> list[Res
     try:
         targets: list[Target] = []
         if not args.skip_kafka:
-            libs = ensure_kafka_jars()
             log(f"starting Kafka {KAFKA_VERSION} (KRaft, broker+controller) ...")
             started = time.perf_counter()
-            broker = start_kafka(libs, tmp_root / "kafka")
+            broker = start_kafka(tmp_root / "kafka")
             log(
                 f"  Kafka pid {broker.process.pid} at {broker.bootstrap} "
                 f"(ready in {time.perf_counter() - started:.1f}s)"

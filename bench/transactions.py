@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.kafka_compare import ensure_kafka_jars, start_kafka  # noqa: E402
+from tests.apache_kafka import start_kafka  # noqa: E402
 from tests.gateway_process import start_gateway  # noqa: E402
 
 VALUE = b"x" * 100
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             gateway.stop()
         if args.kafka:
-            broker = start_kafka(ensure_kafka_jars(), Path(tmp) / "kafka")
+            broker = start_kafka(Path(tmp) / "kafka")
             try:
                 kafka_runs = run_cases("Apache Kafka", broker.bootstrap, args.sizes, args.seconds)
             finally:

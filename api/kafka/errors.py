@@ -44,4 +44,5 @@ def kafka_code_of(error_type: type[BaseException]) -> ErrorCode | None:
 
 
 def error_message(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"[:1000]
+    """The error's own words, as Kafka's messages are (the code already names its kind)."""
+    return (str(error) or type(error).__name__)[:1000]

@@ -46,10 +46,14 @@ def empty_records() -> pa.Table:
     return _EMPTY_RECORDS
 
 
-def first_offset_at_or_after(table: pa.Table, timestamp_ms: int) -> int | None:
-    """The smallest offset in `table` whose timestamp is >= `timestamp_ms` (any row order)."""
+def first_offset_at_or_after(table: pa.Table, timestamp_ms: int, offset_min: int = 0) -> int | None:
+    """The smallest offset >= `offset_min` in `table` whose timestamp is >= `timestamp_ms` (any
+    row order)."""
     threshold = pa.scalar(timestamp_ms * 1000, TIMESTAMP_TYPE)
-    matches = pc.greater_equal(table.column("timestamp"), threshold)
+    matches = pc.and_(
+        pc.greater_equal(table.column("timestamp"), threshold),
+        pc.greater_equal(table.column("offset"), offset_min),
+    )
     return pc.min(pc.filter(table.column("offset"), matches)).as_py()
 
 

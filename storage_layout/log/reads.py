@@ -282,7 +282,8 @@ def _cached_records(store: Store, data_file: DataFile) -> pa.Table:
 
 def offset_for_timestamp(store: Store, snapshot: LogSnapshot, timestamp_ms: int) -> int | None:
     """Kafka's ListOffsets by timestamp: the earliest offset whose record timestamp is at or
-    after `timestamp_ms`.
+    after `timestamp_ms`, among the offsets from the log start on (files keep the records a
+    DeleteRecords put below it until retention rewrites them).
 
     Record timestamps are not monotonic in offsets (CreateTime comes from producers), so this
     scans in offset order rather than searching: files whose statistics put every timestamp
@@ -301,10 +302,12 @@ def offset_for_timestamp(store: Store, snapshot: LogSnapshot, timestamp_ms: int)
     for data_file in snapshot.files:
         if data_file.min_offset >= tail_start:
             break
+        if data_file.max_offset < snapshot.log_start_offset:
+            continue
         if data_file.max_timestamp_ms is not None and data_file.max_timestamp_ms < timestamp_ms:
             continue
         table = read_columns(store, data_file, ["offset", "timestamp"])
-        found = first_offset_at_or_after(table, timestamp_ms)
+        found = first_offset_at_or_after(table, timestamp_ms, snapshot.log_start_offset)
         if found is not None:
             return found
     for chunk in tail:

@@ -362,8 +362,7 @@ class GroupCoordinator:
         """Kafka's OffsetDelete: forget the committed offsets of `partitions`, except those of
         topics the group's members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC each)."""
         slot = await self._slot(group_id)
-        if slot.group.state == GroupState.EMPTY and not slot.offsets:
-            raise GroupNotFound(group_id)
+        _check_exists(group_id, slot)
         subscribed = _subscribed_topics(slot.group, await self._topics())
         outcome: dict[TopicPartition, Exception | None] = {}
         doomed = []
@@ -383,7 +382,7 @@ class GroupCoordinator:
         """Kafka's DeleteGroups: a group without members loses every committed offset.
 
         Raises:
-            NonEmptyGroup: it has members. GroupNotFound: nothing is stored for it.
+            NonEmptyGroup: it has members. GroupNotFound: it does not exist (_check_exists).
         """
         slot = await self._slot(group_id)
         group = slot.group
@@ -391,8 +390,7 @@ class GroupCoordinator:
             raise NonEmptyGroup(
                 f"Group '{group_id}' has {len(group.members)} active member(s): stop them first."
             )
-        if not slot.offsets:
-            raise GroupNotFound(group_id)
+        _check_exists(group_id, slot)
         await self._delete(group_id, list(slot.offsets))
         self._slots.pop(group_id, None)
         group.mark_dead()
@@ -418,8 +416,7 @@ class GroupCoordinator:
     async def describe(self, group_id: str) -> GroupDescription:
         slot = await self._slot(group_id)
         group = slot.group
-        if group.state == GroupState.EMPTY and not slot.offsets:
-            raise GroupNotFound(group_id)
+        _check_exists(group_id, slot)
         return GroupDescription(
             group_id,
             group.state.value,
@@ -655,3 +652,16 @@ def _check_commits(commits: Sequence[OffsetCommit]) -> None:
                 f"Offset {commit.offset} for {commit.topic}/{commit.partition}: offsets and "
                 f"partitions must be >= 0."
             )
+
+
+def _check_exists(group_id: str, slot: _GroupSlot) -> None:
+    """GroupNotFound unless the group has offsets or members, or had members since this node
+    took it: a group whose offsets were all deleted lives on empty, as in Kafka until its
+    empty group expires.
+
+    Raises:
+        GroupNotFound: none of these.
+    """
+    group = slot.group
+    if not slot.offsets and group.state == GroupState.EMPTY and group.protocol_type is None:
+        raise GroupNotFound(group_id)
