@@ -101,6 +101,17 @@ def check_batch_shape(batch: ProducerBatch) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ActiveProducer:
+    """A producer a partition remembers, as Kafka's DescribeProducers reports it."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_append_time_ms: int
+    transaction_start_offset: int | None  # the first offset of its open transaction
+
+
 class ProducerStates:
     """Immutable map producer_id -> ProducerEntry with Kafka's sequence rules."""
 
@@ -111,6 +122,20 @@ class ProducerStates:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def active(self, open_first_offsets: Mapping[int, int]) -> list[ActiveProducer]:
+        """Every producer remembered, by id, with the first offset of its open transaction
+        (from the transaction index's `open_first_offsets`)."""
+        return [
+            ActiveProducer(
+                producer_id,
+                entry.epoch,
+                entry.last_sequence,
+                entry.spans[-1].append_time_ms if entry.spans else -1,
+                open_first_offsets.get(producer_id),
+            )
+            for producer_id, entry in sorted(self._entries.items())
+        ]
 
     def entry(self, producer_id: int) -> ProducerEntry | None:
         return self._entries.get(producer_id)

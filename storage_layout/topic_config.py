@@ -158,6 +158,47 @@ def _kafka_name(field: dataclasses.Field) -> str:
 _FIELDS_BY_KAFKA_NAME = {_kafka_name(f): f for f in dataclasses.fields(TopicConfig)}
 
 
+# Kafka's topic configs that lakelog does not keep (Kafka 4.1's TopicConfig, and the replication
+# throttles its tools clear): they are never set, so removing one is a no-op, as removing an
+# unset config is in Kafka. Setting one is refused by check_config_name.
+KAFKA_CONFIGS_NOT_KEPT = frozenset(
+    {
+        "compression.gzip.level",
+        "compression.lz4.level",
+        "compression.type",
+        "compression.zstd.level",
+        "file.delete.delay.ms",
+        "flush.messages",
+        "flush.ms",
+        "follower.replication.throttled.replicas",
+        "index.interval.bytes",
+        "leader.replication.throttled.replicas",
+        "local.retention.bytes",
+        "local.retention.ms",
+        "max.compaction.lag.ms",
+        "message.downconversion.enable",
+        "message.timestamp.after.max.ms",
+        "message.timestamp.before.max.ms",
+        "min.cleanable.dirty.ratio",
+        "min.insync.replicas",
+        "preallocate",
+        "remote.log.copy.disable",
+        "remote.log.delete.on.disable",
+        "remote.storage.enable",
+        "segment.index.bytes",
+        "segment.jitter.ms",
+        "unclean.leader.election.enable",
+    }
+)
+
+
+def check_removable(kafka_name: str) -> None:
+    """Raise InvalidConfig unless removing `kafka_name` means something or nothing: a config
+    lakelog keeps, or one of Kafka's it does not keep (never set, so nothing to remove)."""
+    if kafka_name not in KAFKA_CONFIGS_NOT_KEPT:
+        check_config_name(kafka_name)
+
+
 def check_config_name(kafka_name: str) -> None:
     """Raise InvalidConfig unless `kafka_name` is a supported topic config."""
     _field_for(kafka_name)

@@ -4,6 +4,7 @@ offsets by time, and who leads it. The reads of records are the broker's (fetch)
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import Awaitable, Callable
 
@@ -13,9 +14,11 @@ from api.core.topics import Topics
 from storage_layout import paths
 from storage_layout.errors import OffsetOutOfRange
 from storage_layout.log import DeltaPartitionLog
+from storage_layout.producer_state import ActiveProducer
 from storage_layout.records import PartitionBounds
 
 DELETE_TO_HIGH_WATERMARK = -1  # Kafka's DeleteRecords offset for "everything so far"
+UNKNOWN_BYTES = -1  # Kafka's DescribeLogDirs figure for a size it does not know
 CATCH_UP_WAIT_S = 5.0
 
 
@@ -94,6 +97,25 @@ class Partitions:
         log = (await self._leaders.writer(topic_name, partition)).log
         return await self._blocking(log.offset_for_timestamp, timestamp_ms)
 
+    async def offset_of_max_timestamp(
+        self, topic_name: str, partition: int
+    ) -> tuple[int, int] | None:
+        """Kafka's ListOffsets MAX_TIMESTAMP: (offset, timestamp ms) of the first record with
+        the largest timestamp, None when the partition has no records."""
+        (await self._topics.get(topic_name)).check_partition(partition)
+        log = (await self._leaders.writer(topic_name, partition)).log
+        return await self._blocking(log.offset_of_max_timestamp)
+
+    async def active_producers(self, topic_name: str, partition: int) -> list[ActiveProducer]:
+        """Kafka's DescribeProducers: the producers the partition's leader remembers.
+
+        Raises:
+            NotLeader: another node leads the partition.
+        """
+        (await self._topics.get(topic_name)).check_partition(partition)
+        writer = await self._leaders.writer(topic_name, partition)
+        return await writer.active_producers()
+
     async def leader(self, topic_name: str, partition: int) -> int | None:
         """The node that leads the partition (None if it has never been written)."""
         (await self._topics.get(topic_name)).check_partition(partition)
@@ -104,6 +126,18 @@ class Partitions:
         (await self._topics.get(topic_name)).check_partition(partition)
         route = await self._leaders.route(topic_name, partition)
         return route.url
+
+    def preferred_leader(self, topic_name: str, partition: int) -> int:
+        """The live node that should lead the partition (a leader elsewhere hands it over)."""
+        return self._cluster.preferred(topic_name, partition)
+
+    def storage_root(self) -> tuple[str, int, int]:
+        """(root, total bytes, usable bytes) of the storage root: the disk's figures for a
+        local root, UNKNOWN_BYTES for an object store (no capacity to speak of)."""
+        if not paths.is_local(self._root):
+            return self._root, UNKNOWN_BYTES, UNKNOWN_BYTES
+        usage = shutil.disk_usage(self._root)
+        return self._root, usage.total, usage.free
 
     def leader_for_clients(self, topic_name: str, partition: int) -> int:
         """The node clients should send the partition's writes to: its known live leader,

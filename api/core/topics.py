@@ -17,7 +17,7 @@ from storage_layout.meta.catalog import TopicCatalog, TopicInfo, check_partition
 from storage_layout.meta.topic_defaults import read_topic_defaults, write_topic_defaults
 from storage_layout.topic_config import (
     TopicConfig,
-    check_config_name,
+    check_removable,
     normalized,
     resolved,
     validate_topic_name,
@@ -124,6 +124,27 @@ class Topics:
         """The cluster-wide topic config defaults in force (LAKELOG_DEFAULT_*, by topic name)."""
         return await self._blocking(read_topic_defaults, self._root)
 
+    async def alter_defaults(
+        self, changes: Mapping[str, str | None], *, validate_only: bool = False
+    ) -> dict[str, str]:
+        """Set (a value) or remove (None) cluster-wide topic defaults, by topic config name,
+        as Kafka's dynamic cluster-wide broker configs; every topic without its own value
+        follows at once. Returns the defaults in force after.
+
+        Raises:
+            InvalidConfig: an unknown name or a bad value.
+        """
+        stored = await self._blocking(read_topic_defaults, self._root)
+        merged = {name: value for name, value in stored.items() if name not in changes}
+        merged.update({name: value for name, value in changes.items() if value is not None})
+        values = normalized(merged)
+        if validate_only or values == stored:
+            return values
+        await self._blocking(write_topic_defaults, self._root, values)
+        log.info("cluster-wide topic defaults now %s (were %s)", values, stored)
+        await self.refresh()
+        return values
+
     @staticmethod
     def validate_configs(configs: Mapping[str, object]) -> TopicConfig:
         return TopicConfig.from_mapping(configs)
@@ -143,7 +164,7 @@ class Topics:
             overrides = {k: v for k, v in current.overrides.items() if k not in configs}
             overrides |= {k: v for k, v in configs.items() if v is not None}
             for removed in (k for k, v in configs.items() if v is None):
-                check_config_name(removed)
+                check_removable(removed)
         topic = await self._blocking(
             self._catalog.alter_topic, name, partitions=partitions, overrides=overrides
         )

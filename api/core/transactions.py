@@ -143,6 +143,12 @@ class TransactionCoordinator:
             )
         return state
 
+    async def listed(self) -> list[TxnState]:
+        """The newest state of every transactional id this node coordinates (Kafka's
+        ListTransactions asks each coordinator), by id."""
+        await self._adopt_stored()
+        return [state for tid, state in sorted(self._states.items()) if self._is_mine(tid)]
+
     async def add_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: Sequence
     ) -> None:

@@ -30,7 +30,12 @@ from api.core.errors import BrokerShuttingDown, NotLeader
 from storage_layout.errors import AppendConflict, LeadershipConflict, ProducerFenced
 from storage_layout.log import DeltaPartitionLog
 from storage_layout.log.arrow_records import concat_records
-from storage_layout.producer_state import Duplicate, ProducerBatch, ProducerStates
+from storage_layout.producer_state import (
+    ActiveProducer,
+    Duplicate,
+    ProducerBatch,
+    ProducerStates,
+)
 from storage_layout.records import AppTransaction, Records
 from storage_layout.topic_config import TopicConfig
 
@@ -200,6 +205,16 @@ class PartitionWriter:
         self._queue.append(_Pending((), 0, future, marker=marker))
         self._wakeup.set()
         return future
+
+    async def active_producers(self) -> list[ActiveProducer]:
+        """The producers this partition remembers (Kafka's DescribeProducers): the states
+        the writer holds, else read from the table, with their open transactions."""
+        loop = asyncio.get_running_loop()
+        states = self._states
+        if states is None:
+            states = await loop.run_in_executor(self._executor, self.log.producer_states)
+        index = await loop.run_in_executor(self._executor, self.log.transaction_index)
+        return states.active(index.open_first_offsets)
 
     def notice_foreign_commits(self) -> None:
         """Called by fetches and offset queries: at most every FOREIGN_CHECK_INTERVAL_MS, have

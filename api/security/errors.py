@@ -42,3 +42,9 @@ class QuotaExceeded(SecurityError):
         super().__init__(
             f"The {kind} byte-rate quota is exceeded; retry after {self.retry_after_s} s."
         )
+
+
+class SecurityDisabled(SecurityError):
+    """A security setting was asked of a node that keeps none (no principal store)."""
+
+    code = "SECURITY_DISABLED"

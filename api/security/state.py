@@ -18,13 +18,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from api.security.authorizer import Authorizer
-from api.security.errors import AuthenticationFailed, AuthorizationFailed
+from api.security.errors import AuthenticationFailed, AuthorizationFailed, SecurityDisabled
 from api.security.quotas import FETCH, PRODUCE, QuotaManager
 from conf.settings import Settings
 from storage_layout.meta.acls import AclStore
 from storage_layout.meta.principals import (
     ApiKey,
     PrincipalStore,
+    Quota,
     new_hash_params,
 )
 
@@ -197,6 +198,32 @@ class SecurityState:
             )
 
     # ---- quotas ----
+
+    def quota_overrides(self) -> dict[str, Quota]:
+        """The per-principal quota overrides in force (as last read), by principal."""
+        return dict(self._quota_overrides)
+
+    def default_quota(self) -> Quota:
+        """This node's default byte rates (LAKELOG_QUOTA_*), for principals without their own."""
+        settings = self.settings
+        return Quota(settings.quota_produce_bytes_per_s, settings.quota_fetch_bytes_per_s)
+
+    async def set_quota_override(self, principal: str, quota: Quota) -> None:
+        """Store the principal's override (both rates None: remove it); in force here at once.
+
+        Raises:
+            SecurityDisabled: no principal store (no authentication, ACLs or quotas are on).
+        """
+        if self.principals is None:
+            raise SecurityDisabled(
+                "Quota overrides need lakelog's principal store: turn on LAKELOG_AUTH, "
+                "LAKELOG_AUTHORIZER or a LAKELOG_QUOTA_* default."
+            )
+        if quota.produce_bytes_per_s is None and quota.fetch_bytes_per_s is None:
+            await asyncio.to_thread(self.principals.remove_quota, principal)
+        else:
+            await asyncio.to_thread(self.principals.set_quota, principal, quota)
+        self._rebuild()
 
     def _rate_of(self, principal: str, kind: str) -> int | None:
         override = self._quota_overrides.get(principal)

@@ -256,6 +256,10 @@ class DeltaPartitionLog:
         """Kafka's ListOffsets by timestamp on the loaded snapshot (reads.offset_for_timestamp)."""
         return reads.offset_for_timestamp(self._store, self._committer.snapshot, timestamp_ms)
 
+    def offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """ListOffsets MAX_TIMESTAMP on the loaded snapshot (reads.offset_of_max_timestamp)."""
+        return reads.offset_of_max_timestamp(self._store, self._committer.snapshot)
+
     def read_files(self, files: Sequence[DataFile]) -> pa.Table:
         """Every column of `files` (FILE_SCHEMA), in the order given."""
         return reads.read_files(self._store, files, self._committer.snapshot.file_schema)

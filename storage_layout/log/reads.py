@@ -317,5 +317,37 @@ def offset_for_timestamp(store: Store, snapshot: LogSnapshot, timestamp_ms: int)
     return None
 
 
+def offset_of_max_timestamp(store: Store, snapshot: LogSnapshot) -> tuple[int, int] | None:
+    """Kafka's ListOffsets MAX_TIMESTAMP (KIP-734): the first offset from the log start whose
+    record has the largest timestamp, with that timestamp in ms. Only the files whose
+    statistics reach the largest bound are read (and those without statistics), beside the
+    in-memory tail.
+
+    Returns:
+        (offset, timestamp_ms), or None for a partition with no records from the log start.
+
+    Raises:
+        StorageUnavailable: a data file could not be read.
+    """
+    start = snapshot.log_start_offset
+    tail = [c for c in snapshot.tail if c.base_offset >= start]
+    tail_start = tail[0].base_offset if tail else snapshot.high_watermark
+    files = [f for f in snapshot.files if f.max_offset >= start and f.min_offset < tail_start]
+    bounds = [f.max_timestamp_ms for f in files if f.max_timestamp_ms is not None]
+    largest = max(bounds, default=None)
+    wanted = [f for f in files if f.max_timestamp_ms is None or f.max_timestamp_ms == largest]
+    tables = [read_columns(store, f, ["offset", "timestamp"]) for f in wanted]
+    tables += [c.records.select(["offset", "timestamp"]) for c in tail]
+    if not tables:
+        return None
+    table = pa.concat_tables(tables)
+    table = table.filter(pc.greater_equal(table.column("offset"), start))
+    if not table.num_rows:
+        return None
+    top = pc.max(table.column("timestamp"))
+    offset = pc.min(table.filter(pc.equal(table.column("timestamp"), top)).column("offset"))
+    return offset.as_py(), top.value // 1000
+
+
 def _empty(schema: pa.Schema) -> pa.Table:
     return _EMPTY_PLAIN_READ if schema is PLAIN_READ_SCHEMA else _EMPTY_READ

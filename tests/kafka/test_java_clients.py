@@ -132,8 +132,7 @@ def test_admin_consumer_groups(java_clients, bootstrap, topic_name):
         "assignor": "range",
         "member_partitions": [2, 2],
     }
-    assert seen["listed"]["state"] == "Empty"
-    assert seen["listed"]["protocol"] == "consumer"
+    assert seen["listed"] == {"type": "Classic", "state": "Empty", "protocol": "consumer"}
     assert seen["describe_empty"] == "Empty"
     assert seen["offsets"] == {f"{topic_name}-{p}": 10 for p in range(4)}
     assert seen["alter_offsets"] == 3

@@ -107,6 +107,7 @@ FORMER_TABLE: dict[type[Exception], ErrorCode] = {
 NAMED_SINCE = {
     "TransactionalIdNotFound": ErrorCode.transactional_id_not_found,
     "RecordSchemaInvalid": ErrorCode.invalid_record,  # schema validation (issue 26)
+    "SecurityDisabled": ErrorCode.security_disabled,  # quota overrides (issue 27)
 }
 
 

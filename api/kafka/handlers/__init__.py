@@ -55,15 +55,18 @@ def _table() -> dict[int, Api]:
         groups,
         offsets,
         produce,
+        quotas,
+        replicas,
         sasl,
+        telemetry,
+        transaction_admin,
         transactions,
     )
 
     apis = [
         Api(0, "Produce", 3, 11, produce.produce),
         Api(1, "Fetch", 4, 12, fetch.fetch),
-        # v7's MAX_TIMESTAMP (the record with the largest timestamp) is not served: up to v6.
-        Api(2, "ListOffsets", 1, 6, offsets.list_offsets),
+        Api(2, "ListOffsets", 1, 10, offsets.list_offsets),
         Api(3, "Metadata", 0, 12, cluster.metadata),
         Api(8, "OffsetCommit", 2, 8, groups.offset_commit),
         Api(9, "OffsetFetch", 1, 7, groups.offset_fetch),
@@ -73,7 +76,7 @@ def _table() -> dict[int, Api]:
         Api(13, "LeaveGroup", 0, 5, groups.leave_group),
         Api(14, "SyncGroup", 0, 5, groups.sync_group),
         Api(15, "DescribeGroups", 0, 5, groups.describe_groups),
-        Api(16, "ListGroups", 0, 4, groups.list_groups),
+        Api(16, "ListGroups", 0, 5, groups.list_groups),
         Api(17, "SaslHandshake", 1, 1, sasl.sasl_handshake),
         Api(18, "ApiVersions", 0, 4, api_versions),
         Api(19, "CreateTopics", 2, 7, admin.create_topics),
@@ -89,12 +92,23 @@ def _table() -> dict[int, Api]:
         Api(31, "DeleteAcls", 1, 3, acls.delete_acls),
         Api(32, "DescribeConfigs", 1, 4, configs.describe_configs),
         Api(33, "AlterConfigs", 0, 2, configs.alter_configs),
+        Api(35, "DescribeLogDirs", 1, 4, replicas.describe_log_dirs),
         Api(36, "SaslAuthenticate", 0, 2, sasl.sasl_authenticate),
         Api(37, "CreatePartitions", 0, 3, admin.create_partitions),
         Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
+        Api(43, "ElectLeaders", 0, 2, replicas.elect_leaders),
         Api(44, "IncrementalAlterConfigs", 0, 1, configs.incremental_alter_configs),
+        Api(45, "AlterPartitionReassignments", 0, 0, replicas.alter_partition_reassignments),
+        Api(46, "ListPartitionReassignments", 0, 0, replicas.list_partition_reassignments),
         Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
+        Api(48, "DescribeClientQuotas", 0, 1, quotas.describe_client_quotas),
+        Api(49, "AlterClientQuotas", 0, 1, quotas.alter_client_quotas),
         Api(60, "DescribeCluster", 0, 1, configs.describe_cluster),
+        Api(61, "DescribeProducers", 0, 0, transaction_admin.describe_producers),
+        Api(65, "DescribeTransactions", 0, 0, transaction_admin.describe_transactions),
+        Api(66, "ListTransactions", 0, 1, transaction_admin.list_transactions),
+        Api(71, "GetTelemetrySubscriptions", 0, 0, telemetry.get_telemetry_subscriptions),
+        Api(75, "DescribeTopicPartitions", 0, 0, cluster.describe_topic_partitions),
     ]
     return {api.key: api for api in apis}
 

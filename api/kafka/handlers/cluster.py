@@ -1,5 +1,5 @@
-"""Metadata and InitProducerId: what a client asks first, after ApiVersions (the registry's
-own answer, api/kafka/handlers/__init__.py)."""
+"""Metadata, DescribeTopicPartitions and InitProducerId: what a client asks first, after
+ApiVersions (the registry's own answer, api/kafka/handlers/__init__.py)."""
 
 from __future__ import annotations
 
@@ -80,10 +80,12 @@ def _unknown_topic(name: str, error: Exception) -> dict:
     }
 
 
-def _topic(connection: Connection, topic: TopicInfo, request) -> dict:
+def _topic(connection: Connection, topic: TopicInfo, request, indexes: range | None = None) -> dict:
+    """A topic's Metadata (or DescribeTopicPartitions) answer: each partition with its
+    leader, the one replica and in-sync replica there is (the store replicates)."""
     broker = connection.broker
     partitions = []
-    for index in range(topic.partitions):
+    for index in indexes if indexes is not None else range(topic.partitions):
         leader = broker.partitions.leader_for_clients(topic.name, index)
         partitions.append(
             {
@@ -92,6 +94,8 @@ def _topic(connection: Connection, topic: TopicInfo, request) -> dict:
                 "leader_id": leader,
                 "replica_nodes": [leader],
                 "isr_nodes": [leader],
+                "eligible_leader_replicas": [],
+                "last_known_elr": [],
             }
         )
     described = {
@@ -105,6 +109,61 @@ def _topic(connection: Connection, topic: TopicInfo, request) -> dict:
         operations = connection.authorized_operations("topic", topic.name)
         described["topic_authorized_operations"] = operations
     return described
+
+
+async def describe_topic_partitions(connection: Connection, request, version: int) -> dict:
+    """KIP-966's paged Metadata (what kafka-topics --describe asks in Kafka 4): topics in name
+    order from the cursor, at most `response_partition_limit` partitions, then a next cursor.
+    No topics named: every topic the principal may describe."""
+    cursor = request.cursor
+    first = cursor.topic_name if cursor is not None else ""
+    every = not request.topics
+    if every:
+        names = sorted(t.name for t in await connection.broker.topics.list_all())
+    else:
+        names = sorted({topic.name for topic in request.topics})
+    names = [name for name in names if name >= first]
+    if (cursor is not None and not every and first not in names) or (
+        cursor is not None and cursor.partition_index < 0
+    ):
+        refused = {"error_code": ErrorCode.invalid_request, "partitions": []}
+        return {"throttle_time": 0, "topics": [refused | {"name": n} for n in names]}
+    topics, remaining, next_cursor = [], max(1, request.response_partition_limit), None
+    for name in names:
+        if not connection.permits("DESCRIBE", "topic", name):
+            if not every:
+                topics.append(_refused_topic(name, ErrorCode.topic_authorization_failed))
+            continue
+        if remaining == 0:
+            next_cursor = {"topic_name": name, "partition_index": 0}
+            break
+        try:
+            topic = await connection.broker.topics.get(name)
+        except Exception as error:
+            if not every:
+                topics.append(_refused_topic(name, error_code(error)))
+            continue
+        start = cursor.partition_index if cursor is not None and name == first else 0
+        stop = min(topic.partitions, start + remaining)
+        described = _topic(connection, topic, request, range(start, stop))
+        described["is_internal"] = False
+        described["topic_authorized_operations"] = connection.authorized_operations("topic", name)
+        topics.append(described)
+        remaining -= stop - start
+        if stop < topic.partitions:
+            next_cursor = {"topic_name": name, "partition_index": stop}
+            break
+    return {"throttle_time": 0, "topics": topics, "next_cursor": next_cursor}
+
+
+def _refused_topic(name: str, code: ErrorCode) -> dict:
+    return {
+        "error_code": code,
+        "name": name,
+        "topic_id": uuid.UUID(int=0),
+        "is_internal": False,
+        "partitions": [],
+    }
 
 
 def _check_idempotent_write(connection: Connection) -> None:

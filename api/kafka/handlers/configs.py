@@ -2,8 +2,11 @@
 
 Topic configs are the catalog's, with their sources as Kafka reports them (a topic's own
 setting, the cluster-wide default, Kafka's default; api/core/topic_configs.py). A broker's
-configs are the cluster-wide topic defaults under Kafka's broker names (log.retention.ms, ...),
-read-only here: they are set per node with LAKELOG_DEFAULT_* at start."""
+configs are the cluster-wide topic defaults under Kafka's broker names (log.retention.ms, ...):
+LAKELOG_DEFAULT_* sets them at a node's start, and altering the cluster-wide default broker
+resource (`kafka-configs --entity-type brokers --entity-default`) sets them at any time. Per
+broker there is nothing to set (every node serves the same topics), so only deleting works
+there: Kafka's tools clear replication throttles that way."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
 from api.kafka.handlers.cluster import brokers
 from api.security.authorizer import CLUSTER_RESOURCE_NAME
+from storage_layout.errors import InvalidConfig
 from storage_layout.topic_config import BROKER_NAMES, TopicConfig
 
 TOPIC, BROKER = 2, 4  # Kafka's ConfigResource.Type
@@ -174,9 +178,12 @@ async def _alter(connection: Connection, resource, validate_only: bool, changes_
     answer = {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
     broker = connection.broker
     try:
+        if resource.resource_type == BROKER:
+            await _alter_broker(connection, resource.resource_name, validate_only, changes_of)
+            return answer | {"error_code": ErrorCode.none, "error_message": None}
         if resource.resource_type != TOPIC:
             raise InvalidRequest(
-                "Only topic configs can be altered (broker defaults: LAKELOG_DEFAULT_*)."
+                f"Config resources of type {resource.resource_type} cannot be altered here."
             )
         connection.check("ALTER_CONFIGS", "topic", resource.resource_name)
         topic = await broker.topics.get(resource.resource_name)
@@ -189,6 +196,34 @@ async def _alter(connection: Connection, resource, validate_only: bool, changes_
     except Exception as error:
         return answer | {"error_code": error_code(error), "error_message": error_message(error)}
     return answer | {"error_code": ErrorCode.none, "error_message": None}
+
+
+async def _alter_broker(connection: Connection, name: str, validate_only: bool, changes_of):
+    """A broker resource's changes: the cluster-wide default ("") sets the topic defaults
+    under their broker names; a broker's own resource takes deletions only (nothing is ever
+    set there).
+
+    Raises:
+        InvalidConfig: a name that is no broker config here, or a bad value.
+        InvalidRequest: a value set on one broker.
+    """
+    connection.check("ALTER_CONFIGS", "cluster", CLUSTER_RESOURCE_NAME)
+    topics = connection.broker.topics
+    current = {BROKER_NAMES[n]: value for n, value in (await topics.defaults()).items()}
+    changes = changes_of(current if name == "" else {})
+    if name != "":
+        if any(value is not None for value in changes.values()):
+            raise InvalidRequest(
+                f"Broker {name} has no configs of its own: every node serves the same topics. "
+                "Set the cluster-wide default (kafka-configs --entity-default)."
+            )
+        return
+    by_topic_name = {broker_name: topic_name for topic_name, broker_name in BROKER_NAMES.items()}
+    unknown = sorted(n for n, value in changes.items() if n not in by_topic_name and value)
+    if unknown:
+        raise InvalidConfig(f"{', '.join(unknown)}: not a broker config lakelog has.")
+    known = {by_topic_name[n]: value for n, value in changes.items() if n in by_topic_name}
+    await topics.alter_defaults(known, validate_only=validate_only)
 
 
 async def describe_cluster(connection: Connection, request, version: int) -> dict:

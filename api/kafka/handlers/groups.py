@@ -19,6 +19,7 @@ from storage_layout.records import TopicPartition
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 NO_GENERATION = -1
+CLASSIC = "classic"  # Kafka's group type of JoinGroup/SyncGroup groups (ListGroups v5)
 
 
 # ---- FindCoordinator ---------------------------------------------------------------------------
@@ -283,6 +284,9 @@ async def offset_fetch(connection: Connection, request, version: int) -> dict:
 async def list_groups(connection: Connection, request, version: int) -> dict:
     groups = connection.broker.groups
     wanted_states = {s.lower() for s in getattr(request, "states_filter", ())}
+    wanted_types = {t.lower() for t in getattr(request, "types_filter", ())}
+    if wanted_types and CLASSIC not in wanted_types:
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": []}
     listed = []
     for group_id in sorted(set(await groups.stored_groups()) | set(groups.local_groups())):
         if groups.coordinator_of(group_id) != groups.node_id:
@@ -302,6 +306,7 @@ async def list_groups(connection: Connection, request, version: int) -> dict:
                 "group_id": group_id,
                 "protocol_type": group.protocol_type or "consumer",
                 "group_state": state,
+                "group_type": CLASSIC,  # v5 (KIP-848): every group here is a classic group
             }
         )
     return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": listed}

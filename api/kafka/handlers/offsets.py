@@ -1,7 +1,8 @@
-"""ListOffsets: the earliest (-2) or latest (-1) offset of a partition, or the first offset at
-or after a timestamp, with that record's timestamp. Answered by the partition's leader. v7's
-MAX_TIMESTAMP (-3) is not offered (ApiVersions says v6): the record with the largest timestamp
-would need a scan of the partition's files."""
+"""ListOffsets: the earliest (-2) or latest (-1) offset of a partition, the first offset at or
+after a timestamp with that record's timestamp, and (v7+) the record with the largest timestamp
+(-3). Answered by the partition's leader. There is no tiered storage, so (v8+) the earliest
+local offset (-4) is the log start and (v9+) the latest tiered one (-5) is -1, as Kafka answers
+for a topic without remote storage."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from api.kafka.errors import error_code
 
 LATEST = -1
 EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
 READ_COMMITTED = 1  # ListOffsets' isolation_level
 
 
@@ -42,25 +46,37 @@ async def _one(
     answer = {"partition_index": partition, "error_code": ErrorCode.none}
     try:
         connection.check("DESCRIBE", "topic", topic)
-        if timestamp == EARLIEST:
+        if timestamp in (EARLIEST, EARLIEST_LOCAL):
             bounds = await broker.partitions.bounds(topic, partition)
             return answer | {"timestamp": -1, "offset": bounds.log_start_offset}
+        if timestamp == LATEST_TIERED:
+            await broker.partitions.bounds(topic, partition)  # the partition exists
+            return answer | {"timestamp": -1, "offset": -1}
         if timestamp == LATEST:
             bounds = await broker.partitions.bounds(topic, partition, stable=committed)
             offset = bounds.last_stable_offset if committed else bounds.high_watermark
             return answer | {"timestamp": -1, "offset": offset}
-        if timestamp < 0:
+        if timestamp < 0 and timestamp != MAX_TIMESTAMP:
             return answer | {"error_code": ErrorCode.invalid_request}
-        offset = await broker.partitions.offset_for_timestamp(topic, partition, timestamp)
-        if offset is not None and committed:  # as Kafka: none at or past the LSO
+        found = await _record_by_time(broker, topic, partition, timestamp)
+        if found is not None and committed:  # as Kafka: none at or past the LSO
             bounds = await broker.partitions.bounds(topic, partition, stable=True)
-            offset = offset if offset < bounds.last_stable_offset else None
-        if offset is None:
-            return answer | {"timestamp": -1, "offset": -1}
-        record = await broker.record_at(topic, partition, offset)
-        return answer | {"timestamp": _timestamp_ms(record.records), "offset": offset}
+            found = found if found[0] < bounds.last_stable_offset else None
+        offset, timestamp_ms = found if found is not None else (-1, -1)
+        return answer | {"timestamp": timestamp_ms, "offset": offset}
     except Exception as error:
         return answer | {"error_code": error_code(error), "timestamp": -1, "offset": -1}
+
+
+async def _record_by_time(broker, topic: str, partition: int, timestamp: int):
+    """(offset, timestamp ms) of the record MAX_TIMESTAMP or a timestamp finds, or None."""
+    if timestamp == MAX_TIMESTAMP:
+        return await broker.partitions.offset_of_max_timestamp(topic, partition)
+    offset = await broker.partitions.offset_for_timestamp(topic, partition, timestamp)
+    if offset is None:
+        return None
+    record = await broker.record_at(topic, partition, offset)
+    return offset, _timestamp_ms(record.records)
 
 
 def _timestamp_ms(records) -> int:
