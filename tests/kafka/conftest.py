@@ -27,21 +27,33 @@ def http(kafka_gateway) -> httpx.Client:
 
 
 @pytest.fixture(scope="session")
-def java_clients(tmp_path_factory):
-    """Run a scenario of tests/java/JavaClients.java (Kafka's Java clients, compiled once per
-    run against Kafka's jars): `java_clients(scenario, bootstrap, name, **client_config)` is
-    the JSON object it printed."""
-    classes = apache_kafka.compile_java(
-        [JAVA_SOURCES / "JavaClients.java"], tmp_path_factory.mktemp("java-classes")
-    )
+def java_classes(tmp_path_factory) -> Path:
+    """tests/java/*.java compiled once per run against Kafka's jars: a class-path entry."""
+    sources = sorted(JAVA_SOURCES.glob("*.java"))
+    return apache_kafka.compile_java(sources, tmp_path_factory.mktemp("java-classes"))
+
+
+@pytest.fixture(scope="session")
+def java_clients(java_classes):
+    """Run a scenario of tests/java/JavaClients.java (Kafka's Java clients):
+    `java_clients(scenario, bootstrap, name, **client_config)` is the JSON object it printed."""
 
     def run(scenario: str, bootstrap: str, name: str, **client_config) -> dict:
         settings = [f"{key.replace('_', '.')}={value}" for key, value in client_config.items()]
         command = apache_kafka.java_command(
-            "JavaClients", scenario, bootstrap, name, *settings, classpath=(classes,)
+            "JavaClients", scenario, bootstrap, name, *settings, classpath=(java_classes,)
         )
         done = subprocess.run(command, capture_output=True, text=True, timeout=240)
         assert done.returncode == 0, f"{scenario} failed:\n{done.stderr[-4000:]}"
         return json.loads(done.stdout.splitlines()[-1])
 
     return run
+
+
+@pytest.fixture(scope="session")
+def apache_kafka_broker(tmp_path_factory):
+    """One Apache Kafka 4.1 node (KRaft, broker and controller) for the run: the system
+    lakelog is compared with, and the source a migration replicates from."""
+    broker = apache_kafka.start_kafka(tmp_path_factory.mktemp("apache-kafka"))
+    yield broker
+    broker.stop()
