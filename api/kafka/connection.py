@@ -52,6 +52,7 @@ class Connection:
     principal: str = ANONYMOUS
     authenticated: bool = False  # by SASL; stays False with authentication off
     sasl_mechanism: str | None = None
+    sasl_exchange: object | None = None  # a SCRAM exchange between its two round trips
     close_after_answer: bool = False  # a failed SASL authentication: answer, then hang up
     # Lets the connection start its next request: a produce calls it once its records are
     # queued at their partitions (api/kafka/listener.py keeps a producer's batches in order).

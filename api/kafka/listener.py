@@ -193,7 +193,7 @@ class KafkaListener:
             if api_key not in BEFORE_AUTHENTICATION:
                 raise ProtocolViolation(
                     f"{api.name} before SASL authentication: this listener needs SASL PLAIN "
-                    f"with an API key (username = key id, password = secret)"
+                    "with an API key (username = key id, password = secret) or SCRAM"
                 )
         try:
             header, request = messages.read_request(frame, api_key, version)

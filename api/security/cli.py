@@ -34,6 +34,7 @@ def add_commands(commands) -> None:
     _add_api_keys(commands)
     _add_acls(commands)
     _add_quotas(commands)
+    _add_scram(commands)
 
 
 def _data_dir(parser: argparse.ArgumentParser) -> None:
@@ -322,4 +323,58 @@ def _quotas_list(args) -> int:
 
 def _quotas_remove(args) -> int:
     _principal_store(args).remove_quota(args.principal)
+    return 0
+
+
+# ---- SCRAM credentials -------------------------------------------------------------------
+
+
+def _add_scram(commands) -> None:
+    parser = commands.add_parser(
+        "scram", help="SCRAM-SHA-256/512 credentials for the Kafka listener (stored salted)"
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    set_ = actions.add_parser("set", help="set a principal's credential (password on stdin)")
+    set_.add_argument("--principal", required=True)
+    set_.add_argument("--mechanism", default="SCRAM-SHA-256",
+                      choices=["SCRAM-SHA-256", "SCRAM-SHA-512"])  # fmt: skip
+    set_.add_argument("--iterations", type=int, default=8192)
+    _data_dir(set_)
+    set_.set_defaults(handler=_handler(_scram_set))
+    listing = actions.add_parser("list", help="credentials per principal (never a secret)")
+    _data_dir(listing)
+    listing.set_defaults(handler=_handler(_scram_list))
+    remove = actions.add_parser("remove", help="remove a principal's credential")
+    remove.add_argument("--principal", required=True)
+    remove.add_argument("--mechanism", required=True, choices=["SCRAM-SHA-256", "SCRAM-SHA-512"])
+    _data_dir(remove)
+    remove.set_defaults(handler=_handler(_scram_remove))
+
+
+def _scram_set(args) -> int:
+    from api.security.errors import SecurityError
+    from api.security.scram import credential_from_password
+    from storage_layout.meta.principals import normalize_principal
+
+    password = sys.stdin.readline().rstrip("\n")
+    if not password:
+        raise CommandFailed("Give the password on stdin (one line).")
+    principal = normalize_principal(args.principal)
+    try:
+        credential = credential_from_password(principal, args.mechanism, password, args.iterations)
+    except SecurityError as error:
+        raise CommandFailed(str(error)) from None
+    _principal_store(args).set_scram(credential)
+    return 0
+
+
+def _scram_list(args) -> int:
+    for credential in _principal_store(args).scram_credentials():
+        _out(f"{credential.principal}\t{credential.mechanism}\titerations={credential.iterations}")
+    return 0
+
+
+def _scram_remove(args) -> int:
+    if not _principal_store(args).remove_scram(args.principal, args.mechanism):
+        raise CommandFailed(f"{args.principal} has no {args.mechanism} credential.")
     return 0

@@ -48,3 +48,19 @@ class SecurityDisabled(SecurityError):
     """A security setting was asked of a node that keeps none (no principal store)."""
 
     code = "SECURITY_DISABLED"
+
+
+class UnacceptableCredential(SecurityError):
+    """A SCRAM credential Kafka's rules refuse (iterations, an empty user name)."""
+
+    code = "UNACCEPTABLE_CREDENTIAL"
+
+
+class UnsupportedSaslMechanism(SecurityError):
+    code = "UNSUPPORTED_SASL_MECHANISM"
+
+
+class CredentialNotFound(SecurityError):
+    """No SCRAM credential of that user and mechanism to delete."""
+
+    code = "RESOURCE_NOT_FOUND"

@@ -18,7 +18,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from api.security.authorizer import Authorizer
-from api.security.errors import AuthenticationFailed, AuthorizationFailed, SecurityDisabled
+from api.security.errors import (
+    AuthenticationFailed,
+    AuthorizationFailed,
+    CredentialNotFound,
+    SecurityDisabled,
+)
 from api.security.quotas import FETCH, PRODUCE, QuotaManager
 from conf.settings import Settings
 from storage_layout.meta.acls import AclStore
@@ -26,6 +31,7 @@ from storage_layout.meta.principals import (
     ApiKey,
     PrincipalStore,
     Quota,
+    ScramCredential,
     new_hash_params,
 )
 
@@ -197,6 +203,48 @@ class SecurityState:
                 f"Consumer instance '{instance}' of group '{group}' belongs to another principal."
             )
 
+    # ---- SCRAM credentials ----
+
+    async def scram_credential(self, principal: str, mechanism: str) -> ScramCredential | None:
+        """The principal's credential for `mechanism`, read again from the store when this
+        node does not know it (created since by another node or the CLI)."""
+        if self.principals is None:
+            return None
+        await self.maybe_refresh()
+        credential = self.principals.scram(principal, mechanism)
+        if credential is None:
+            await self.maybe_refresh(force=True)
+            credential = self.principals.scram(principal, mechanism)
+        return credential
+
+    def scram_credentials(self) -> list[ScramCredential]:
+        return [] if self.principals is None else self.principals.scram_credentials()
+
+    async def set_scram_credential(self, credential: ScramCredential) -> None:
+        """Store the credential (replacing the principal's one for its mechanism).
+
+        Raises:
+            SecurityDisabled: no principal store.
+        """
+        await asyncio.to_thread(self._store_for("SCRAM credentials").set_scram, credential)
+
+    async def remove_scram_credential(self, principal: str, mechanism: str) -> None:
+        """Raises:
+        CredentialNotFound: the principal has no credential for `mechanism`.
+        SecurityDisabled: no principal store.
+        """
+        store = self._store_for("SCRAM credentials")
+        if not await asyncio.to_thread(store.remove_scram, principal, mechanism):
+            raise CredentialNotFound("Attempt to delete a user credential that does not exist")
+
+    def _store_for(self, what: str) -> PrincipalStore:
+        if self.principals is None:
+            raise SecurityDisabled(
+                f"{what} need lakelog's principal store: turn on LAKELOG_AUTH, "
+                "LAKELOG_AUTHORIZER or a LAKELOG_QUOTA_* default."
+            )
+        return self.principals
+
     # ---- quotas ----
 
     def quota_overrides(self) -> dict[str, Quota]:
@@ -214,15 +262,11 @@ class SecurityState:
         Raises:
             SecurityDisabled: no principal store (no authentication, ACLs or quotas are on).
         """
-        if self.principals is None:
-            raise SecurityDisabled(
-                "Quota overrides need lakelog's principal store: turn on LAKELOG_AUTH, "
-                "LAKELOG_AUTHORIZER or a LAKELOG_QUOTA_* default."
-            )
+        store = self._store_for("Quota overrides")
         if quota.produce_bytes_per_s is None and quota.fetch_bytes_per_s is None:
-            await asyncio.to_thread(self.principals.remove_quota, principal)
+            await asyncio.to_thread(store.remove_quota, principal)
         else:
-            await asyncio.to_thread(self.principals.set_quota, principal, quota)
+            await asyncio.to_thread(store.set_quota, principal, quota)
         self._rebuild()
 
     def _rate_of(self, principal: str, kind: str) -> int | None:

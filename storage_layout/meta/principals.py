@@ -14,6 +14,9 @@ Kinds in `_meta/principals`:
   stored: it is printed once by `lakelog api-keys create`.
 - `quota` / `User:alice`: `{"produce_bytes_per_s", "fetch_bytes_per_s"}` (null = the default).
 - `producer` / `<producer_id>`: `{"principal"}`, the principal a producer id is bound to.
+- `scram` / `User:alice|SCRAM-SHA-256`: `{"iterations", "salt", "stored_key", "server_key"}`
+  (base64): a SCRAM credential (RFC 5802). The password is never stored, nor the salted
+  password: only what the server side of the exchange needs.
 
 Concurrency contract: safe from several threads (a lock serializes this process's writers);
 processes and nodes are serialized by the CAS.
@@ -38,6 +41,7 @@ KIND_PRINCIPAL = "principal"
 KIND_API_KEY = "api_key"
 KIND_QUOTA = "quota"
 KIND_PRODUCER = "producer"
+KIND_SCRAM = "scram"
 KIND_CLUSTER = "cluster"
 CLUSTER_SECRET_NAME = "secret"
 CLUSTER_SECRET_BYTES = 32
@@ -75,6 +79,18 @@ class Quota:
 
     produce_bytes_per_s: int | None = None
     fetch_bytes_per_s: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """A principal's SCRAM credential for one mechanism (SCRAM-SHA-256 or SCRAM-SHA-512)."""
+
+    principal: str
+    mechanism: str
+    iterations: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
 
 
 def normalize_principal(name: str) -> str:
@@ -202,6 +218,36 @@ class PrincipalStore:
     def quotas(self) -> dict[str, Quota]:
         return {name: Quota(**doc) for name, doc in self.table.documents(KIND_QUOTA).items()}
 
+    # ---- SCRAM credentials ----
+
+    def set_scram(self, credential: ScramCredential) -> None:
+        """Store (or replace) the credential; its principal is added if it is new."""
+        principal = normalize_principal(credential.principal)
+        if self.table.get(KIND_PRINCIPAL, principal) is None:
+            self.table.put(KIND_PRINCIPAL, principal, {"created_at_ms": _now_ms()})
+        document = {
+            "iterations": credential.iterations,
+            "salt": _b64(credential.salt),
+            "stored_key": _b64(credential.stored_key),
+            "server_key": _b64(credential.server_key),
+        }
+        self.table.put(KIND_SCRAM, _scram_name(principal, credential.mechanism), document)
+
+    def remove_scram(self, principal: str, mechanism: str) -> bool:
+        name = _scram_name(normalize_principal(principal), mechanism)
+        return self.table.put(KIND_SCRAM, name, None)
+
+    def scram(self, principal: str, mechanism: str) -> ScramCredential | None:
+        document = self.table.get(KIND_SCRAM, _scram_name(principal, mechanism))
+        return None if document is None else _scram_credential(principal, mechanism, document)
+
+    def scram_credentials(self) -> list[ScramCredential]:
+        found = []
+        for name, document in self.table.documents(KIND_SCRAM).items():
+            principal, mechanism = name.split("|", 1)
+            found.append(_scram_credential(principal, mechanism, document))
+        return sorted(found, key=lambda c: (c.principal, c.mechanism))
+
     # ---- producer ids ----
 
     def bind_producer(self, producer_id: int, principal: str) -> None:
@@ -233,3 +279,18 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: str) -> bytes:
     return base64.b64decode(text)
+
+
+def _scram_name(principal: str, mechanism: str) -> str:
+    return f"{principal}|{mechanism}"  # "|" is in no principal name (PRINCIPAL_PATTERN)
+
+
+def _scram_credential(principal: str, mechanism: str, document: dict) -> ScramCredential:
+    return ScramCredential(
+        principal,
+        mechanism,
+        document["iterations"],
+        _unb64(document["salt"]),
+        _unb64(document["stored_key"]),
+        _unb64(document["server_key"]),
+    )

@@ -108,6 +108,9 @@ NAMED_SINCE = {
     "TransactionalIdNotFound": ErrorCode.transactional_id_not_found,
     "RecordSchemaInvalid": ErrorCode.invalid_record,  # schema validation (issue 26)
     "SecurityDisabled": ErrorCode.security_disabled,  # quota overrides (issue 27)
+    "UnacceptableCredential": ErrorCode.unacceptable_credential,  # SCRAM (issue 27)
+    "UnsupportedSaslMechanism": ErrorCode.unsupported_sasl_mechanism,
+    "CredentialNotFound": ErrorCode.resource_not_found,
 }
 
 

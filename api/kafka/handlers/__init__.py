@@ -103,6 +103,8 @@ def _table() -> dict[int, Api]:
         Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
         Api(48, "DescribeClientQuotas", 0, 1, quotas.describe_client_quotas),
         Api(49, "AlterClientQuotas", 0, 1, quotas.alter_client_quotas),
+        Api(50, "DescribeUserScramCredentials", 0, 0, sasl.describe_user_scram_credentials),
+        Api(51, "AlterUserScramCredentials", 0, 0, sasl.alter_user_scram_credentials),
         Api(60, "DescribeCluster", 0, 1, configs.describe_cluster),
         Api(61, "DescribeProducers", 0, 0, transaction_admin.describe_producers),
         Api(65, "DescribeTransactions", 0, 0, transaction_admin.describe_transactions),
