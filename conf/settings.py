@@ -122,6 +122,19 @@ class Settings(BaseSettings):
     tls_key_file: str | None = None
     tls_ca_file: str | None = None
     tls_client_auth: Literal["none", "required"] = "none"
+    # OAuth: with auth on and `oauth_jwks` set (a JWKS file path, or an http(s) URL of one),
+    # JWTs signed by those keys authenticate too: SASL OAUTHBEARER on the Kafka listener and
+    # `Authorization: Bearer <jwt>` over HTTP. A token must name `oauth_issuer` (iss) and
+    # `oauth_audience` (aud) when they are set, and be unexpired (`oauth_leeway_ms` of clock
+    # skew allowed); its `oauth_principal_claim` (sub) names the principal `User:<claim>`.
+    oauth_jwks: str | None = None
+    oauth_issuer: str | None = None
+    oauth_audience: str | None = None
+    oauth_principal_claim: str = "sub"
+    oauth_leeway_ms: int = Field(default=30_000, ge=0)
+    # A token naming an unknown key id fetches a JWKS URL again, at most this often (a token
+    # flood cannot make the node hammer the identity provider).
+    oauth_jwks_refresh_ms: int = Field(default=30_000, ge=0)
     # A verified key is trusted this long without re-reading the store (revocation delay).
     auth_cache_ms: int = Field(default=10_000, ge=0)
     # How often ACLs, principals and quota overrides are re-read from the store.

@@ -142,13 +142,17 @@ def log4j_config(directory: Path) -> Path:
     return path
 
 
-def java_command(main_class: str, *args: str, classpath: tuple[Path, ...] = ()) -> list[str]:
-    """`java ... main_class args` with Kafka's jars (and `classpath` before them)."""
+def java_command(
+    main_class: str, *args: str, classpath: tuple[Path, ...] = (), options: tuple[str, ...] = ()
+) -> list[str]:
+    """`java ... main_class args` with Kafka's jars (and `classpath` before them); `options`
+    are more JVM options (system properties)."""
     libs = ensure_jars()
     entries = [*(str(entry) for entry in classpath), f"{libs}/*"]
     return [
         "java",
         *CLIENT_JVM_FLAGS,
+        *options,
         f"-Dlog4j2.configurationFile={log4j_config(KAFKA_DIR)}",
         "-cp",
         ":".join(entries),
@@ -157,10 +161,17 @@ def java_command(main_class: str, *args: str, classpath: tuple[Path, ...] = ()) 
     ]
 
 
-def tool(name: str, *args: str, timeout_s: float = TOOL_TIMEOUT_S, stdin: str | None = None):
-    """Run Kafka's `bin/<name>.sh args` as the script would: its completed process."""
+def tool(
+    name: str,
+    *args: str,
+    timeout_s: float = TOOL_TIMEOUT_S,
+    stdin: str | None = None,
+    java_options: tuple[str, ...] = (),
+):
+    """Run Kafka's `bin/<name>.sh args` as the script would (KAFKA_OPTS: `java_options`): its
+    completed process."""
     return subprocess.run(
-        java_command(TOOLS[name], *args),
+        java_command(TOOLS[name], *args, options=java_options),
         input=stdin,
         capture_output=True,
         text=True,

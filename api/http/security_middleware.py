@@ -1,8 +1,9 @@
 """Authentication, before anything else reads the request; byte accounting for quotas.
 
-Credentials: `Authorization: Bearer <key_id>.<secret>` or HTTP Basic with `key_id:secret`, or a
-node signature (`node_auth`). The principal goes to `scope["lakelog.security"]` and to the
-`current_principal` context variable (which signs it into node-to-node requests).
+Credentials: `Authorization: Bearer <key_id>.<secret>` or HTTP Basic with `key_id:secret`, an
+OAuth JWT as `Bearer <jwt>` (with LAKELOG_OAUTH_JWKS), or a node signature (`node_auth`). The
+principal goes to `scope["lakelog.security"]` and to the `current_principal` context variable
+(which signs it into node-to-node requests).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from api.http.access import SCOPE_KEY, RequestSecurity
 from api.http.errors import ApiError, error_response
 from api.security.errors import AuthenticationFailed, SecurityError
 from api.security.node_auth import NODE_HEADER, current_principal, verify
+from api.security.oauth import looks_like_jwt
 from api.security.quotas import FETCH, PRODUCE
 from api.security.state import ANONYMOUS, SecurityState
 from storage_layout.cluster import routes
@@ -25,6 +27,7 @@ CONSOLE_PREFIX = "/ui"  # the web console's static files (no data; its API calls
 CONSOLE_REQUEST = ("x-requested-with", "lakelog-console")
 CONSOLE_CHALLENGE = 'Bearer realm="lakelog"'
 CREDENTIALS_CHARS_MAX = 1024
+JWT_CHARS_MAX = 16_384  # a signed token with its claims is longer than an API key
 
 
 class SecurityMiddleware:
@@ -71,7 +74,11 @@ class SecurityMiddleware:
             raise AuthenticationFailed("Node-to-node routes need a request signed by a node.")
         if _is_public(scope["path"]) and scope["method"] in ("GET", "HEAD"):
             return ANONYMOUS, False
-        key_id, secret = parse_credentials(headers.get("authorization"))
+        header = headers.get("authorization")
+        token = bearer_jwt(header)
+        if token is not None and security.oauth is not None:
+            return await security.authenticate_token(token), False
+        key_id, secret = parse_credentials(header)
         return await security.authenticate(key_id, secret), False
 
     def _counting_receive(self, receive, context: RequestSecurity):
@@ -107,6 +114,15 @@ def _is_public(path: str) -> bool:
 def _from_console(scope) -> bool:
     name, value = (part.encode("latin-1") for part in CONSOLE_REQUEST)
     return any(k.lower() == name and v == value for k, v in scope["headers"])
+
+
+def bearer_jwt(header: str | None) -> str | None:
+    """The JWT of a `Bearer <jwt>` header (None: another scheme, or an API key's token)."""
+    if not header or len(header) > JWT_CHARS_MAX:
+        return None
+    scheme, _, value = header.strip().partition(" ")
+    value = value.strip()
+    return value if scheme.lower() == "bearer" and looks_like_jwt(value) else None
 
 
 def parse_credentials(header: str | None) -> tuple[str, str]:

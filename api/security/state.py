@@ -24,6 +24,7 @@ from api.security.errors import (
     CredentialNotFound,
     SecurityDisabled,
 )
+from api.security.oauth import TokenValidator
 from api.security.quotas import FETCH, PRODUCE, QuotaManager
 from conf.settings import Settings
 from storage_layout.meta.acls import AclStore
@@ -71,6 +72,7 @@ class SecurityState:
         self.acls: AclStore | None = None
         self.authorizer = Authorizer((), settings.super_user_names)
         self.quotas = QuotaManager(self._rate_of)
+        self.oauth = _token_validator(settings) if self.auth_enabled else None
         self._quota_overrides: dict = {}
         self._keys: dict[bytes, _CachedKey] = {}
         self._instances: OrderedDict[tuple[str, str], str] = OrderedDict()
@@ -203,6 +205,16 @@ class SecurityState:
                 f"Consumer instance '{instance}' of group '{group}' belongs to another principal."
             )
 
+    async def authenticate_token(self, token: str) -> str:
+        """The principal of a valid OAuth JWT (api/security/oauth.py).
+
+        Raises:
+            AuthenticationFailed: no OAuth configured, or the token does not verify.
+        """
+        if self.oauth is None:
+            raise AuthenticationFailed()
+        return await asyncio.to_thread(self.oauth.principal, token)
+
     # ---- SCRAM credentials ----
 
     async def scram_credential(self, principal: str, mechanism: str) -> ScramCredential | None:
@@ -278,3 +290,16 @@ class SecurityState:
             rate = override.fetch_bytes_per_s if override else None
             return rate if rate is not None else self.settings.quota_fetch_bytes_per_s
         return None
+
+
+def _token_validator(settings: Settings) -> TokenValidator | None:
+    if settings.oauth_jwks is None:
+        return None
+    return TokenValidator(
+        settings.oauth_jwks,
+        issuer=settings.oauth_issuer,
+        audience=settings.oauth_audience,
+        principal_claim=settings.oauth_principal_claim,
+        leeway_ms=settings.oauth_leeway_ms,
+        refresh_ms=settings.oauth_jwks_refresh_ms,
+    )

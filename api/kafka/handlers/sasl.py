@@ -7,6 +7,8 @@ the SCRAM credentials' admin APIs (DescribeUserScramCredentials, AlterUserScramC
 - SCRAM-SHA-256 and SCRAM-SHA-512 with the credentials stored salted in `_meta/principals`
   (api/security/scram.py): two SaslAuthenticate round trips; the user `alice` is the principal
   `User:alice`.
+- OAUTHBEARER (with LAKELOG_OAUTH_JWKS): a JWT checked against the JWKS, issuer, audience and
+  expiry (api/security/oauth.py); its subject names the principal `User:<sub>`.
 
 A failed authentication is answered, then the connection is closed, as Kafka does."""
 
@@ -16,32 +18,43 @@ from kio.schema.errors import ErrorCode
 
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
-from api.security import scram
+from api.security import oauth, scram
 from api.security.authorizer import CLUSTER_RESOURCE_NAME
 from api.security.errors import AuthenticationFailed
 
-PLAIN = "PLAIN"
+PLAIN, OAUTHBEARER = "PLAIN", "OAUTHBEARER"
 MECHANISMS = (PLAIN, scram.SCRAM_SHA_256, scram.SCRAM_SHA_512)
 MECHANISM_NAMES = {number: name for name, number in scram.MECHANISM_IDS.items()}
+
+
+def mechanisms(connection: Connection) -> list[str]:
+    """What this listener offers: OAUTHBEARER too when a JWKS is configured."""
+    oauth = [OAUTHBEARER] if connection.security.oauth is not None else []
+    return [*MECHANISMS, *oauth]
 
 
 async def sasl_handshake(connection: Connection, request, version: int) -> dict:
     if not connection.security.auth_enabled:
         return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}
-    if request.mechanism not in MECHANISMS:
-        return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": list(MECHANISMS)}
+    offered = mechanisms(connection)
+    if request.mechanism not in offered:
+        return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": offered}
     connection.sasl_mechanism = request.mechanism
-    return {"error_code": ErrorCode.none, "mechanisms": list(MECHANISMS)}
+    return {"error_code": ErrorCode.none, "mechanisms": offered}
 
 
 async def sasl_authenticate(connection: Connection, request, version: int) -> dict:
-    if connection.sasl_mechanism not in MECHANISMS or connection.authenticated:
+    if connection.sasl_mechanism not in mechanisms(connection) or connection.authenticated:
         connection.close_after_answer = True
         return _failed(ErrorCode.illegal_sasl_state, "Send SaslHandshake first, once.")
     try:
         if connection.sasl_mechanism == PLAIN:
             key_id, secret = _plain(request.auth_bytes)
             connection.principal = await connection.security.authenticate(key_id, secret)
+            return _authenticated(connection, b"")
+        if connection.sasl_mechanism == OAUTHBEARER:
+            token = oauth.bearer_token(request.auth_bytes)
+            connection.principal = await connection.security.authenticate_token(token)
             return _authenticated(connection, b"")
         return await _scram_step(connection, request.auth_bytes)
     except AuthenticationFailed as error:
