@@ -156,6 +156,7 @@ class Settings(BaseSettings):
     default_message_timestamp_type: str | None = None
     default_delete_retention_ms: int | None = Field(default=None, ge=0)
     default_min_compaction_lag_ms: int | None = Field(default=None, ge=0)
+    default_compression_type: str | None = None
     default_delta_log_retention_ms: int | None = Field(default=None, ge=0)
 
     def topic_defaults(self) -> dict[str, object]:

@@ -41,6 +41,9 @@ class RecordColumns:
     # The typed columns of keys and values that carry a registered schema's id (FORMAT.md
     # §17), one row per record; None when no record has any.
     typed: pa.Table | None = None
+    # The codec each record's Kafka batch was compressed with (int8, FORMAT.md §18), one per
+    # record; None when none was.
+    compression: pa.Array | None = None
 
     def __len__(self) -> int:
         return self.table.num_rows

@@ -19,8 +19,13 @@ TIMESTAMP_TYPE_LOG_APPEND_TIME = 1
 # The `control` column of a transaction marker (Kafka's ControlRecordType; FORMAT.md §14).
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
-# Columns added after the first tables were written: older files lack them (read as null).
 TRANSACTION_COLUMNS = ("transactional", "control")
+# The codec of the Kafka batch a record came in (Kafka's attribute bits: 1 gzip, 2 snappy, 3 lz4,
+# 4 zstd; null: uncompressed, or not produced over Kafka's protocol). FORMAT.md §18.
+COMPRESSION_COLUMN = "compression"
+# Columns added after the first tables were written: older files lack them (read as null), and
+# a table's schema gains them with the first append that needs them.
+ADDED_COLUMNS = (*TRANSACTION_COLUMNS, COMPRESSION_COLUMN)
 
 PARTITION_COLUMN = "segment"
 LOG_APP_ID = "log"  # txn app id whose version is the last assigned offset (the offset CAS)
@@ -44,6 +49,7 @@ PARTITION_SCHEMA = pa.schema(
         pa.field("sequence", pa.int32()),
         pa.field("transactional", pa.bool_()),
         pa.field("control", pa.int8()),
+        pa.field(COMPRESSION_COLUMN, pa.int8()),
         pa.field(PARTITION_COLUMN, pa.int64(), nullable=False),
     ]
 )
@@ -64,11 +70,13 @@ NEW_RECORDS_SCHEMA = pa.schema(
 
 # The columns a fetch returns (producer state stays internal).
 RECORD_COLUMNS = ("offset", "timestamp", "timestamp_type", "key", "value", "headers")
-# ...and those a Kafka fetch also needs to frame transactional batches and markers.
+# ...and those a Kafka fetch also needs to frame transactional batches and markers, and to
+# compress batches as their producers did.
 TRANSACTIONAL_RECORD_COLUMNS = (
     *RECORD_COLUMNS,
     "producer_id",
     "producer_epoch",
     "transactional",
     "control",
+    COMPRESSION_COLUMN,
 )

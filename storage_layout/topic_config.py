@@ -33,6 +33,11 @@ def validate_topic_name(name: str) -> str:
 
 
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+# Kafka's topic compression.type: `producer` keeps each batch's codec, `uncompressed` none, a
+# codec recompresses every batch with it. lakelog stores records decoded and applies the
+# codec to the batches a Kafka fetch sends (FORMAT.md §18); "none" is accepted for
+# `uncompressed` (the producer-side name).
+COMPRESSION_TYPES = ("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")
 BOOLEANS = ("true", "false")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
@@ -54,6 +59,9 @@ class TopicConfig:
     )
     delete_retention_ms: int = dataclasses.field(default=86_400_000, metadata={"min": 0})
     min_compaction_lag_ms: int = dataclasses.field(default=0, metadata={"min": 0})
+    compression_type: str = dataclasses.field(
+        default="producer", metadata={"choices": COMPRESSION_TYPES}
+    )
     # lakelog's own: how long `_delta_log` keeps the commits and checkpoints that Delta time
     # travel needs (versions older than this may go; Delta's delta.logRetentionDuration).
     # An hour keeps the directory small under continuous load (FORMAT.md §6b).
@@ -121,6 +129,7 @@ BROKER_NAMES = {
     "message.timestamp.type": "log.message.timestamp.type",
     "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "compression.type": "compression.type",
     "delta.log.retention.ms": "delta.log.retention.ms",
     **{
         f"confluent.{side}.{name}": f"confluent.{side}.{name}"
@@ -165,7 +174,6 @@ KAFKA_CONFIGS_NOT_KEPT = frozenset(
     {
         "compression.gzip.level",
         "compression.lz4.level",
-        "compression.type",
         "compression.zstd.level",
         "file.delete.delay.ms",
         "flush.messages",

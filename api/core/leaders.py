@@ -190,6 +190,9 @@ class Leaders:
         except LeadershipConflict as error:
             self._hints.pop(key, None)
             raise NotLeader(f"Another node took {topic}/{partition} first; retry.") from error
+        # A table from before the added columns gains them now, before any commit of ours
+        # is in flight (the group commit stages the next file while the last one commits).
+        await self._blocking(partition_log.ensure_added_columns)
         writer = PartitionWriter(
             partition_log,
             config=lambda: self._config_of(topic),

@@ -20,6 +20,7 @@ import cramjam
 import pyarrow as pa
 from crc32c import crc32c
 
+from storage_layout.log.arrow_records import compressed_with
 from storage_layout.records import NewRecord, Records
 
 try:
@@ -44,6 +45,12 @@ NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"  # Java's snappy framing (xerial SnappyOutputStream)
+_XERIAL_BLOCK_BYTES = 32 * 1024
+# LZ4 frame magic, FLG 0x60 (version 1, independent blocks, no checksums), BD 0x40 (64 KiB
+# blocks), and the header checksum: (xxh32(FLG BD) >> 8) & 0xFF.
+_LZ4_FRAME_HEADER = b"\x04\x22\x4d\x18\x60\x40\x82"
+_LZ4_BLOCK_BYTES = 64 * 1024
+_LZ4_UNCOMPRESSED_BIT = 0x80000000
 
 
 class CorruptBatch(ValueError):
@@ -121,6 +128,8 @@ def _decode_batch(view: memoryview) -> DecodedBatch:
         raise UnsupportedCodec(f"compression codec {codec_id} does not exist")
     body = _decompress(codec_id, view[RECORDS_AT:])
     records = decode_records(body, count, base_timestamp)
+    if codec_id:  # remembered per record: `compression.type=producer` fetches it back
+        records = compressed_with(records, codec_id)
     return DecodedBatch(
         records,
         producer_id,
@@ -145,6 +154,45 @@ def _decompress(codec_id: int, body: memoryview) -> bytes | memoryview:
         return bytes(cramjam.zstd.decompress(body))
     except (OSError, EOFError, ValueError, cramjam.DecompressionError) as error:
         raise CorruptBatch(f"{CODECS[codec_id]} data does not decompress: {error}") from None
+
+
+def compress(codec_id: int, body: bytes) -> bytes:
+    """A records section compressed with codec `codec_id` (1..4), as Kafka's Java producer
+    writes it: gzip, snappy in xerial framing (Java and librdkafka read it; raw snappy only
+    librdkafka), the LZ4 frame format, zstd."""
+    if codec_id == 1:
+        return gzip.compress(body, compresslevel=1)
+    if codec_id == 2:
+        return _xerial(body)
+    if codec_id == 3:
+        return _lz4_frame(body)
+    return bytes(cramjam.zstd.compress(body))
+
+
+def _lz4_frame(body: bytes) -> bytes:
+    """The LZ4 frame Kafka's KafkaLZ4BlockOutputStream writes, the one Java's consumer reads:
+    independent 64 KiB blocks, no checksums (a linked-block frame, LZ4's default, it refuses).
+    An incompressible block is stored as is (the size's high bit)."""
+    parts = [_LZ4_FRAME_HEADER]
+    for start in range(0, len(body), _LZ4_BLOCK_BYTES):
+        chunk = body[start : start + _LZ4_BLOCK_BYTES]
+        block = bytes(cramjam.lz4.compress_block(chunk, store_size=False))
+        if len(block) >= len(chunk):
+            parts += [struct.pack("<I", len(chunk) | _LZ4_UNCOMPRESSED_BIT), bytes(chunk)]
+        else:
+            parts += [struct.pack("<I", len(block)), block]
+    parts.append(b"\x00\x00\x00\x00")  # the end mark
+    return b"".join(parts)
+
+
+def _xerial(body: bytes) -> bytes:
+    """xerial's SnappyOutputStream: magic, version 1, compatible version 1, then blocks of
+    (int32 length, raw snappy) of at most 32 KiB of input each."""
+    parts = [_XERIAL_MAGIC, struct.pack(">ii", 1, 1)]
+    for start in range(0, len(body), _XERIAL_BLOCK_BYTES):
+        block = bytes(cramjam.snappy.compress_raw(body[start : start + _XERIAL_BLOCK_BYTES]))
+        parts += [struct.pack(">i", len(block)), block]
+    return b"".join(parts)
 
 
 def _snappy(body: bytes) -> bytes:

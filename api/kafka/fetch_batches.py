@@ -1,11 +1,17 @@
-"""A fetch's records as RecordBatch v2 bytes (uncompressed: consumers accept any codec, and
-compressing on the broker would only spend its CPU). One batch per run of records that share
-a timestamp type and, for a transaction's records, a producer (the transactional attribute
-and producer id let read_committed clients skip aborted transactions); each transaction
-marker is a control batch of its own, as Kafka writes them (FORMAT.md §14)."""
+"""A fetch's records as RecordBatch v2 bytes. One batch per run of records that share a
+timestamp type, a codec and, for a transaction's records, a producer (the transactional
+attribute and producer id let read_committed clients skip aborted transactions); each
+transaction marker is a control batch of its own, uncompressed, as Kafka writes them
+(FORMAT.md §14).
+
+The codec is the topic's `compression.type`: `producer` (Kafka's default) compresses each run
+as its records' producer did (the `compression` column, FORMAT.md §18; records produced over
+HTTP, or uncompressed, go uncompressed), a codec compresses every batch with it, and
+`uncompressed` (or `none`) none."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +22,7 @@ from crc32c import crc32c
 
 from api.kafka.codec import (
     BATCH_HEADER,
+    CODECS,
     CONTROL_BIT,
     CRC_FROM,
     MAGIC,
@@ -24,11 +31,14 @@ from api.kafka.codec import (
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     EncodedBody,
+    compress,
     encode_body,
     encode_control_record,
 )
+from storage_layout.schema import COMPRESSION_COLUMN
 
 NO_EPOCH = -1
+PRODUCER, UNCOMPRESSED = "producer", ("uncompressed", "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +52,11 @@ class _Run:
     producer_epoch: int = NO_EPOCH
     transactional: bool = False
     control: int | None = None  # a marker's type: the run is that one control record
+    codec: int = 0  # Kafka's codec id of the batch (0: uncompressed)
 
     @property
     def attributes(self) -> int:
-        attributes = TIMESTAMP_TYPE_BIT if self.log_append_time else 0
+        attributes = self.codec | (TIMESTAMP_TYPE_BIT if self.log_append_time else 0)
         if self.transactional:
             attributes |= TRANSACTIONAL_BIT
         if self.control is not None:
@@ -53,22 +64,62 @@ class _Run:
         return attributes
 
 
-def encode_records(records: pa.Table) -> bytes:
+def encode_records(records: pa.Table, compression_type: str = PRODUCER) -> bytes:
     """The records of a fetch (Arrow columns offset, timestamp, timestamp_type, key, value,
-    headers, and optionally producer_id, producer_epoch, transactional, control)."""
+    headers, and optionally producer_id, producer_epoch, transactional, control and
+    compression), in batches compressed as the topic's `compression_type` says."""
     if not records.num_rows:
         return b""
     batches = []
-    for run in _runs(records):
+    for run in _runs(records, _codecs(records, compression_type)):
         if run.control is not None:
             body = encode_control_record(records, run.start, run.control)
         else:
-            body = encode_body(records, run.start, run.stop)
+            body = _compressed(encode_body(records, run.start, run.stop), run.codec)
         batches.append(_frame(body, run))
     return b"".join(batches)
 
 
-def _runs(records: pa.Table) -> Iterator[_Run]:
+def _codecs(records: pa.Table, compression_type: str) -> pa.Array | int:
+    """Each record's codec id: one for all (an int), or per record (the producer's)."""
+    if compression_type in UNCOMPRESSED:
+        return 0
+    if compression_type != PRODUCER:
+        return CODECS.index(compression_type)
+    if COMPRESSION_COLUMN not in records.column_names:
+        return 0
+    column = pc.fill_null(records.column(COMPRESSION_COLUMN), 0)
+    bounds = pc.min_max(column)
+    if bounds["min"] == bounds["max"]:  # the usual case: found without a Python list
+        return bounds["min"].as_py() or 0
+    return column.combine_chunks()
+
+
+def _compressed(encoded: EncodedBody, codec: int) -> EncodedBody:
+    if not codec:
+        return encoded
+    return dataclasses.replace(encoded, body=compress(codec, encoded.body))
+
+
+def _runs(records: pa.Table, codecs: pa.Array | int) -> Iterator[_Run]:
+    if isinstance(codecs, int):
+        for run in _uniform_runs(records):
+            yield run if run.control is not None else dataclasses.replace(run, codec=codecs)
+        return
+    values = codecs.to_pylist()
+    for run in _uniform_runs(records):
+        if run.control is not None:
+            yield run
+            continue
+        start = run.start
+        for index in range(run.start + 1, run.stop + 1):
+            if index == run.stop or values[index] != values[start]:
+                yield dataclasses.replace(run, start=start, stop=index, codec=values[start])
+                start = index
+
+
+def _uniform_runs(records: pa.Table) -> Iterator[_Run]:
+    """Runs of one timestamp type and (for transactions) one producer, codecs aside."""
     types = records.column("timestamp_type")
     if not _has_transactions(records):
         yield from _timestamp_type_runs(types)

@@ -11,6 +11,8 @@ import pyarrow.compute as pc
 
 from storage_layout.records import RecordColumns, Records, records_size_bytes
 from storage_layout.schema import (
+    ADDED_COLUMNS,
+    COMPRESSION_COLUMN,
     FILE_SCHEMA,
     HEADERS_TYPE,
     NEW_RECORDS_SCHEMA,
@@ -101,11 +103,30 @@ def concat_records(parts: Sequence[Records]) -> Records:
         [part.typed if isinstance(part, RecordColumns) else None for part in parts],
         [len(part) for part in parts],
     )
-    return RecordColumns(pa.concat_tables(tables), size_bytes, typed)
+    compressions = [compression_of(part) for part in parts]
+    compression = None
+    if any(c.null_count < len(c) for c in compressions):
+        compression = pa.concat_arrays(compressions)
+    return RecordColumns(pa.concat_tables(tables), size_bytes, typed, compression)
 
 
 def typed_of(records: Records) -> pa.Table | None:
     return records.typed if isinstance(records, RecordColumns) else None
+
+
+def compressed_with(records: Records, codec_id: int) -> RecordColumns:
+    """`records` noted as having come in a Kafka batch compressed with codec `codec_id`."""
+    table = new_records_table(records)
+    codec = pc.fill_null(pa.nulls(table.num_rows, pa.int8()), pa.scalar(codec_id, pa.int8()))
+    typed = records.typed if isinstance(records, RecordColumns) else None
+    return RecordColumns(table, records_size_bytes(records), typed, codec)
+
+
+def compression_of(records: Records) -> pa.Array:
+    """The codec each record came compressed with (FORMAT.md §18; null: none)."""
+    if isinstance(records, RecordColumns) and records.compression is not None:
+        return records.compression
+    return pa.nulls(len(records), pa.int8())
 
 
 def records_to_arrow(
@@ -136,6 +157,7 @@ def records_to_arrow(
         new.column("value"),
         new.column("headers"),
         *_producer_arrays(producers, count),
+        compression_of(records),
     ]
     table = pa.Table.from_arrays(columns, schema=FILE_SCHEMA)
     if not typed_targets:
@@ -193,14 +215,15 @@ def marker_table(offset: int, producer_id: int, epoch: int, control: int, now_ms
         "sequence": pa.nulls(1, pa.int32()),
         "transactional": pa.array([True], pa.bool_()),
         "control": pa.array([control], pa.int8()),
+        COMPRESSION_COLUMN: pa.nulls(1, pa.int8()),
     }
     return pa.Table.from_pydict(columns, schema=FILE_SCHEMA)
 
 
-def with_transaction_columns(table: pa.Table) -> pa.Table:
-    """`table` with the transaction columns, as nulls when a file from before them lacks
-    them (FORMAT.md §14)."""
-    for name in TRANSACTION_COLUMNS:
+def with_added_columns(table: pa.Table) -> pa.Table:
+    """`table` with the columns added after the first tables (the transaction columns,
+    FORMAT.md §14; `compression`, §18), as nulls when a file from before them lacks them."""
+    for name in ADDED_COLUMNS:
         if name not in table.column_names:
             table = table.append_column(
                 FILE_SCHEMA.field(name), pa.nulls(table.num_rows, FILE_SCHEMA.field(name).type)

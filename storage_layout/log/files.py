@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from storage_layout.errors import StorageUnavailable
 from storage_layout.log import log_commit
-from storage_layout.log.arrow_records import file_stats, with_transaction_columns
+from storage_layout.log.arrow_records import file_stats, with_added_columns
 from storage_layout.log.snapshot import DataFile
 from storage_layout.schema import FILE_SCHEMA, PARTITION_COLUMN
 from storage_layout.schemas.typed_columns import TYPED_COLUMNS, conform_table
@@ -102,8 +102,8 @@ def read_columns(store: Store, data_file: DataFile, columns: list[str]) -> pa.Ta
         raise StorageUnavailable(f"Cannot read {store.uri}/{data_file.path}: {error}") from error
     if table.num_columns == len(columns):
         return table
-    # A file from before the transaction columns lacks them (pyarrow leaves them out).
-    return with_transaction_columns(table).select(columns)
+    # A file from before the added columns lacks them (pyarrow leaves them out).
+    return with_added_columns(table).select(columns)
 
 
 def read_whole_file(
@@ -119,7 +119,7 @@ def read_whole_file(
         table = read_parquet(store, data_file.path, file_schema.names)
     except OSError as error:
         raise StorageUnavailable(f"Cannot read {store.uri}/{data_file.path}: {error}") from error
-    return as_file_schema(with_transaction_columns(table), file_schema)
+    return as_file_schema(with_added_columns(table), file_schema)
 
 
 def as_file_schema(table: pa.Table, file_schema: pa.Schema) -> pa.Table:

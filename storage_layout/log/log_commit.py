@@ -113,24 +113,26 @@ def append_actions(
     return actions
 
 
-# FORMAT.md §14's columns as Delta schema fields (JSON), for tables created before them.
-TRANSACTION_FIELDS = (
+# The columns added after the first tables (schema.ADDED_COLUMNS: FORMAT.md §14's, §18's) as
+# Delta schema fields (JSON), for tables created before them.
+ADDED_FIELDS = (
     {"name": "transactional", "type": "boolean", "nullable": True, "metadata": {}},
     {"name": "control", "type": "byte", "nullable": True, "metadata": {}},
+    {"name": "compression", "type": "byte", "nullable": True, "metadata": {}},
 )
 
 
-def has_transaction_fields(metadata: Mapping[str, Any]) -> bool:
-    """Whether the schema of `metadata` (a metaData action's body) has TRANSACTION_FIELDS."""
+def has_added_fields(metadata: Mapping[str, Any]) -> bool:
+    """Whether the schema of `metadata` (a metaData action's body) has ADDED_FIELDS."""
     schema_string = metadata.get("schemaString") if metadata else None
-    return bool(schema_string) and not _missing_transaction_fields(json.loads(schema_string))
+    return bool(schema_string) and not _missing_added_fields(json.loads(schema_string))
 
 
-def with_transaction_fields(metadata: dict[str, Any]) -> dict[str, Any] | None:
-    """`metadata` (a metaData action's body) with TRANSACTION_FIELDS added to its schema
-    before the partition column; None when the schema has them already."""
+def with_added_fields(metadata: dict[str, Any]) -> dict[str, Any] | None:
+    """`metadata` (a metaData action's body) with ADDED_FIELDS added to its schema before the
+    partition column; None when the schema has them already."""
     schema = json.loads(metadata["schemaString"])
-    missing = _missing_transaction_fields(schema)
+    missing = _missing_added_fields(schema)
     if not missing:
         return None
     fields = schema["fields"]
@@ -142,9 +144,9 @@ def with_transaction_fields(metadata: dict[str, Any]) -> dict[str, Any] | None:
     return {**metadata, "schemaString": json.dumps(schema, separators=(",", ":"))}
 
 
-def _missing_transaction_fields(schema: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _missing_added_fields(schema: Mapping[str, Any]) -> list[dict[str, Any]]:
     names = {field["name"] for field in schema["fields"]}
-    return [field for field in TRANSACTION_FIELDS if field["name"] not in names]
+    return [field for field in ADDED_FIELDS if field["name"] not in names]
 
 
 def with_typed_fields(

@@ -142,11 +142,12 @@ def _payload(
     )
 
 
-def add_transaction_columns(committer: LogCommitter) -> bool:
-    """Add FORMAT.md §14's columns to the Delta schema of a table created before them, in a
-    commit of its own (True), before the first transactional row is written: files with
-    columns the schema lacks would lose them in Spark's maintenance rewrites, and plain Delta
-    readers would not see them. False when the schema has them.
+def add_added_columns(committer: LogCommitter) -> bool:
+    """Add the columns added after the first tables (FORMAT.md §14's transaction columns,
+    §18's `compression`) to the Delta schema of a table created before them, in a commit of
+    its own (True), before the first row that needs one is written: files with columns the
+    schema lacks would lose them in Spark's maintenance rewrites, and plain Delta readers
+    would not see them. False when the schema has them.
 
     Raises:
         AppendConflict: other commits kept coming first (retry).
@@ -158,7 +159,7 @@ def add_transaction_columns(committer: LogCommitter) -> bool:
         state = committer.snapshot.state
         if state is None:
             raise StorageUnavailable(f"{committer.table_uri}: the table's metadata is not loaded.")
-        upgraded = log_commit.with_transaction_fields(dict(state.metadata))
+        upgraded = log_commit.with_added_fields(dict(state.metadata))
         if upgraded is None:
             return False
         actions = log_commit.metadata_actions(upgraded, int(time.time() * 1000))

@@ -40,6 +40,7 @@ from storage_layout.log import (
 )
 from storage_layout.log.arrow_records import (
     ProducerColumns,
+    compression_of,
     marker_table,
     records_to_arrow,
     typed_of,
@@ -126,7 +127,7 @@ class DeltaPartitionLog:
         self._transactions = TransactionIndex()
         # From the schema loaded (tables made since FORMAT.md §14 have them): appends of
         # idempotent producers then never look at their producer tuples for it.
-        self._has_transaction_columns = log_commit.has_transaction_fields(state.metadata)
+        self._has_added_columns = log_commit.has_added_fields(state.metadata)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -303,8 +304,10 @@ class DeltaPartitionLog:
         """
         if transaction is not None and transaction.app_id in RESERVED_APP_IDS:
             raise ValueError(f"txn app id {transaction.app_id!r} is reserved by the log")
-        if not self._has_transaction_columns and _any_transactional(producers):
-            self.ensure_transaction_columns()
+        if not self._has_added_columns and (
+            _any_transactional(producers) or compression_of(records).null_count < len(records)
+        ):
+            self.ensure_added_columns()
         staged = self.stage_append(records, config=config, now_ms=now_ms, producers=producers)
         return self.commit_staged(staged, transaction=transaction)
 
@@ -341,16 +344,16 @@ class DeltaPartitionLog:
         def build(base_offset: int, now_ms: int) -> pa.Table:
             return marker_table(base_offset, producer_id, epoch, control, now_ms)
 
-        self.ensure_transaction_columns()
+        self.ensure_added_columns()
         return self.commit_staged(self._stage(build, config=config, now_ms=None, after=None))
 
-    def ensure_transaction_columns(self) -> bool:
-        """Add FORMAT.md §14's columns to a table created before them
-        (maintenance_commits.add_transaction_columns); False when it has them."""
-        if self._has_transaction_columns:
+    def ensure_added_columns(self) -> bool:
+        """Add the columns added after the first tables (FORMAT.md §14, §18) to a table
+        created before them (maintenance_commits.add_added_columns); False when it has them."""
+        if self._has_added_columns:
             return False
-        added = maintenance_commits.add_transaction_columns(self._committer)
-        self._has_transaction_columns = True
+        added = maintenance_commits.add_added_columns(self._committer)
+        self._has_added_columns = True
         return added
 
     def _stage(self, build, *, config: TopicConfig, now_ms: int | None, after) -> StagedAppend:

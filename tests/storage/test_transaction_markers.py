@@ -193,7 +193,7 @@ def test_the_first_transactional_write_adds_the_columns_to_an_old_table(tmp_path
         log.append(values("in-txn"), config=CONFIG, producers=transactional(1, 1))
     columns = delta_columns(uri)
     assert columns.index("transactional") < columns.index("control") < columns.index("segment")
-    assert not log.ensure_transaction_columns()  # once
+    assert not log.ensure_added_columns()  # once
     reopened = DeltaPartitionLog.open(uri)
     assert reopened.snapshot.high_watermark == 3
     table = DeltaTable(uri).to_pyarrow_table(columns=["offset", "transactional"])

@@ -27,7 +27,7 @@ from api.core import metrics
 from api.core.schemas.errors import RecordSchemaInvalid, RegistryError
 from api.core.schemas.registry import SchemaRegistry
 from storage_layout.errors import InvalidSchema
-from storage_layout.log.arrow_records import new_records_table
+from storage_layout.log.arrow_records import compression_of, new_records_table
 from storage_layout.meta.schemas import StoredSchema
 from storage_layout.records import RecordColumns, Records, records_size_bytes
 from storage_layout.schemas import subjects, wire
@@ -99,7 +99,9 @@ class TypedRecords:
                 typed.update(found)
         if not typed:
             return records
-        return RecordColumns(table, records_size_bytes(records), pa.table(typed))
+        return RecordColumns(
+            table, records_size_bytes(records), pa.table(typed), compression_of(records)
+        )
 
     async def _side(
         self, topic: str, config: TopicConfig, table: pa.Table, is_key: bool

@@ -94,6 +94,7 @@ async def _read_one(connection: Connection, item: _Wanted, bytes_max: int) -> di
     try:
         connection.check("READ", "topic", item.topic)
         result = await connection.broker.read_now(request)
+        compression_type = (await connection.broker.topics.get(item.topic)).config.compression_type
     except OffsetOutOfRange as error:
         return _error(item, error, error.high_watermark, error.log_start_offset)
     except Exception as error:
@@ -105,7 +106,7 @@ async def _read_one(connection: Connection, item: _Wanted, bytes_max: int) -> di
         "last_stable_offset": _stable(result),
         "log_start_offset": result.log_start_offset,
         "aborted_transactions": _aborted(result),
-        "records": encode_records(result.records),
+        "records": encode_records(result.records, compression_type),
     }
 
 
