@@ -279,6 +279,10 @@ public final class JavaClients {
             TopicPartition tp = new TopicPartition(output, 0);
             ListOffsetsResult.ListOffsetsResultInfo end = admin.listOffsets(Map.of(tp, OffsetSpec.latest())).partitionResult(tp).get();
             out.put("output_end", end.offset());
+            // Transactions v2 (KIP-890): every end bumps the epoch (three ends: 0 -> 3)
+            var described = admin.describeTransactions(List.of(name + "-txn")).all().get().get(name + "-txn");
+            out.put("epoch_after", described.producerEpoch());
+            out.put("state_after", described.state().toString());
         }
     }
 

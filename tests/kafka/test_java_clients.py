@@ -72,6 +72,10 @@ def test_transactions_commit_abort_and_offsets(java_clients, bootstrap, topic_na
     assert seen["input_read"] == 4
     assert seen["group_offsets"] == {f"{topic_name}-in-0": 4}  # sendOffsetsToTransaction
     assert seen["output_end"] == 13
+    # Kafka 4 clients use transactions v2 (ApiVersions finalizes transaction.version 2): the
+    # epoch is bumped at each of the three ends, and no AddPartitionsToTxn was needed
+    assert seen["epoch_after"] == 3
+    assert seen["state_after"] == "CompleteCommit"
 
 
 def test_admin_topics_configs_and_partitions(java_clients, bootstrap, http, topic_name):

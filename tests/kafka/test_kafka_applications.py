@@ -58,7 +58,30 @@ def wait_for(bootstrap: str, expected: dict[str, dict[str, str]], app) -> None:
         if seen == expected:
             return
         time.sleep(1)
-    raise AssertionError(f"output {seen} != {expected}")
+    transactions = apache_kafka.tool("kafka-transactions", "--bootstrap-server", bootstrap, "list")
+    raise AssertionError(f"output {seen} != {expected}; transactions:\n{transactions.stdout}")
+
+
+def wait_for_records(bootstrap: str, topic: str, count: int, app) -> None:
+    """Until `topic`'s partitions hold `count` records in all."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-counter"})
+    deadline = time.monotonic() + OUTPUT_TIMEOUT_S
+    try:
+        while time.monotonic() < deadline:
+            assert app.poll() is None, f"the application exited: {app.stderr.read()[-3000:]}"
+            try:
+                ends = [
+                    consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+                    for p in range(PARTITIONS)
+                ]
+            except Exception:  # not created yet
+                ends = [0]
+            if sum(ends) >= count:
+                return
+            time.sleep(0.5)
+    finally:
+        consumer.close()
+    raise AssertionError(f"{topic} did not reach {count} records")
 
 
 def start_app(java_classes, bootstrap: str, name: str, state_dir) -> subprocess.Popen:
@@ -108,10 +131,15 @@ def test_kafka_streams_exactly_once_v2(java_classes, bootstrap, http, topic_name
     for customer in range(10):
         region = "north" if customer % 2 else "south"
         producer.produce(f"{name}-customers", key=f"c{customer}", value=region)
-    produce_orders(producer, name, range(100))
+    assert producer.flush(30) == 0
 
     app = start_app(java_classes, bootstrap, name, tmp_path / "state-1")
     try:
+        # A stream-table join sees the table as of each order's processing: the orders come
+        # once the customers are in the table's store (its changelog), as in a real pipeline.
+        changelog = f"{name}-app-{name}-customers-STATE-STORE-0000000000-changelog"
+        wait_for_records(bootstrap, changelog, 10, app)
+        produce_orders(producer, name, range(100))
         wait_for(bootstrap, expected_outputs(name, 100), app)
     finally:
         outcome = stop_app(app)
@@ -384,7 +412,7 @@ def test_mirror_maker_2_migrates_a_topic_and_its_group_from_apache_kafka(
             except Exception:  # the topic or the group is not there yet
                 return False
 
-        wait_until(migrated, 180, "the group's offsets in lakelog", process, log_path)
+        wait_until(migrated, 300, "the group's offsets in lakelog", process, log_path)
     finally:
         stop_worker(process)
 

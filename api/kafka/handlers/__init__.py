@@ -42,7 +42,30 @@ def _versions(code: ErrorCode) -> dict:
         {"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
         for api in sorted(APIS.values(), key=lambda api: api.key)
     ]
-    return {"error_code": code, "api_keys": keys, "throttle_time": 0}
+    supported = [
+        {"name": name, "min_version": low, "max_version": high}
+        for name, (low, high, _) in FEATURES.items()
+    ]
+    finalized = [
+        {"name": name, "min_version_level": level, "max_version_level": level}
+        for name, (_, _, level) in FEATURES.items()
+    ]
+    return {
+        "error_code": code,
+        "api_keys": keys,
+        "throttle_time": 0,
+        "supported_features": supported,  # v3+ (tagged fields: older versions drop them)
+        "finalized_features_epoch": FINALIZED_FEATURES_EPOCH,
+        "finalized_features": finalized,
+    }
+
+
+# Kafka's feature flags (KIP-584) as ApiVersions v3+ reports them: name -> (lowest supported,
+# highest supported, finalized level). Clients choose protocols by the finalized levels:
+# transaction.version 2 is KIP-890's second transaction protocol.
+FEATURES = {"transaction.version": (0, 2, 2)}
+# The features never change while a node runs: one epoch (Kafka's is a metadata offset).
+FINALIZED_FEATURES_EPOCH = 1
 
 
 def _table() -> dict[int, Api]:
@@ -64,7 +87,7 @@ def _table() -> dict[int, Api]:
     )
 
     apis = [
-        Api(0, "Produce", 3, 11, produce.produce),
+        Api(0, "Produce", 3, 12, produce.produce),
         Api(1, "Fetch", 4, 12, fetch.fetch),
         Api(2, "ListOffsets", 1, 10, offsets.list_offsets),
         Api(3, "Metadata", 0, 12, cluster.metadata),
@@ -85,8 +108,8 @@ def _table() -> dict[int, Api]:
         Api(22, "InitProducerId", 0, 4, cluster.init_producer_id),
         Api(24, "AddPartitionsToTxn", 0, 3, transactions.add_partitions_to_txn),
         Api(25, "AddOffsetsToTxn", 0, 3, transactions.add_offsets_to_txn),
-        Api(26, "EndTxn", 0, 3, transactions.end_txn),
-        Api(28, "TxnOffsetCommit", 0, 3, transactions.txn_offset_commit),
+        Api(26, "EndTxn", 0, 5, transactions.end_txn),
+        Api(28, "TxnOffsetCommit", 0, 5, transactions.txn_offset_commit),
         Api(29, "DescribeAcls", 1, 3, acls.describe_acls),
         Api(30, "CreateAcls", 1, 3, acls.create_acls),
         Api(31, "DeleteAcls", 1, 3, acls.delete_acls),

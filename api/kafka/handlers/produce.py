@@ -3,7 +3,12 @@ with the batch's producer id, epoch and base sequence as an idempotent producer 
 gets its original offsets; a gap is OUT_OF_ORDER_SEQUENCE_NUMBER). Only the leader appends: a
 node that does not lead the partition answers NOT_LEADER_OR_FOLLOWER, and the client refreshes
 its metadata, as with Kafka. acks=0 gets no response at all; acks=1 and acks=-1 both wait for
-the durable commit (the store replicates, so there is no weaker acknowledgement to give)."""
+the durable commit (the store replicates, so there is no weaker acknowledgement to give).
+
+From v12 (transactions v2, KIP-890) a transactional batch adds its partition to the
+transaction itself: the request's transactional id goes to its coordinator (here or on another
+node) before the batch is queued, which also starts the transaction, and refuses a batch of an
+ended or fenced epoch, so no batch can open a transaction nobody ends."""
 
 from __future__ import annotations
 
@@ -19,17 +24,20 @@ from api.kafka.codec import decode_batches
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
 from storage_layout.producer_state import ProducerBatch
+from storage_layout.records import TopicPartition
 
 ACKS_NONE = 0
+TRANSACTIONS_V2_PRODUCE = 12  # the first Produce version that adds partitions implicitly
 
 
 async def produce(connection: Connection, request, version: int) -> dict | None:
     """Queue every partition's batch in request order, admit the connection's next request,
     then wait for the commits (the next request's batches may join the same commit)."""
     queued = []
+    implicit_txn = request.transactional_id if version >= TRANSACTIONS_V2_PRODUCE else None
     for topic in request.topic_data:
         for partition in topic.partition_data:
-            outcome = await _queue(connection, topic.name, partition)
+            outcome = await _queue(connection, topic.name, partition, implicit_txn)
             queued.append((topic.name, partition.index, outcome))
     connection.admit()
     if request.acks == ACKS_NONE:
@@ -53,8 +61,11 @@ class _Queued:
     log_append_time: bool
 
 
-async def _queue(connection: Connection, topic_name: str, partition) -> _Queued | Exception:
-    """The batch queued at the partition's writer, or why it was refused (nothing queued)."""
+async def _queue(
+    connection: Connection, topic_name: str, partition, implicit_txn: str | None
+) -> _Queued | Exception:
+    """The batch queued at the partition's writer, or why it was refused (nothing queued).
+    `implicit_txn`: the transactional id a v12+ request names (None before v12)."""
     data = partition.records or b""
 
     async def open_batch() -> OpenedBatch:
@@ -69,6 +80,9 @@ async def _queue(connection: Connection, topic_name: str, partition) -> _Queued 
                 len(batch.records),
                 transactional=batch.is_transactional,
             )
+        if batch.is_transactional and implicit_txn is not None:
+            where = TopicPartition(topic_name, partition.index)
+            await _add_to_transaction(connection, implicit_txn, batch, where)
         return OpenedBatch(batch.records, producer)
 
     try:
@@ -107,6 +121,13 @@ async def _outcome(outcome: _Queued | Exception) -> dict:
         "base_offset": ack.base_offset,
         "log_append_time": append_time,
     }
+
+
+async def _add_to_transaction(connection: Connection, transactional_id: str, batch, where):
+    connection.check("WRITE", "transactional_id", transactional_id)
+    await connection.broker.transaction_requests.add_partitions(
+        transactional_id, batch.producer_id, batch.producer_epoch, [where]
+    )
 
 
 def _one_batch(data: bytes):

@@ -2,9 +2,12 @@
 producer's requests, translated to the core's TransactionCoordinator (api/core/transactions.py).
 InitProducerId with a transactional id is in handlers/cluster.py.
 
-The first transaction protocol (KIP-98) is served: ApiVersions advertises no
-`transaction.version` feature, so Kafka 4 clients keep adding partitions with
-AddPartitionsToTxn before they produce to them (KIP-890's second version is not served).
+Both transaction protocols are served. ApiVersions finalizes `transaction.version` 2 (KIP-890),
+so Kafka 4 clients use the second: Produce v12 adds a partition itself (handlers/produce.py),
+TxnOffsetCommit v5 adds its group itself (no AddOffsetsToTxn), and EndTxn v5 bumps the epoch
+at every end and answers the next transaction's producer id and epoch, which fences the ended
+one everywhere. Older clients keep the first (KIP-98): AddPartitionsToTxn and AddOffsetsToTxn
+before they write, one epoch for every transaction.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from api.kafka.connection import Connection
 from api.kafka.errors import error_code
 from storage_layout.meta.transaction_state import PendingOffset
 from storage_layout.records import TopicPartition
+
+TRANSACTIONS_V2_OFFSETS = 5  # TxnOffsetCommit adds the group to the transaction itself
+TRANSACTIONS_V2_END = 5  # EndTxn bumps the epoch and answers the next one
 
 
 async def add_partitions_to_txn(connection: Connection, request, version: int) -> dict:
@@ -87,6 +93,13 @@ async def txn_offset_commit(connection: Connection, request, version: int) -> di
         generation = getattr(request, "generation_id", -1)
         if member_id is not None:
             await connection.broker.groups.check_committer(request.group_id, member_id, generation)
+        if version >= TRANSACTIONS_V2_OFFSETS:  # the group joins the transaction implicitly
+            await connection.broker.transaction_requests.add_group(
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                request.group_id,
+            )
         await connection.broker.add_transaction_offsets(
             request.transactional_id, request.producer_id, request.producer_epoch, offsets
         )
@@ -106,14 +119,19 @@ async def txn_offset_commit(connection: Connection, request, version: int) -> di
 
 
 async def end_txn(connection: Connection, request, version: int) -> dict:
+    bump_epoch = version >= TRANSACTIONS_V2_END
     try:
         connection.check("WRITE", "transactional_id", request.transactional_id)
-        await connection.broker.transactions.end(
+        identity = await connection.broker.transactions.end(
             request.transactional_id,
             request.producer_id,
             request.producer_epoch,
             request.committed,
+            bump_epoch=bump_epoch,
         )
     except Exception as error:
         return {"throttle_time": 0, "error_code": error_code(error)}
-    return {"throttle_time": 0, "error_code": ErrorCode.none}
+    answer = {"throttle_time": 0, "error_code": ErrorCode.none}
+    if bump_epoch:  # v5: the next transaction's producer id and epoch
+        answer |= {"producer_id": identity.producer_id, "producer_epoch": identity.producer_epoch}
+    return answer
