@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     # lakelog's own log lines: "text", or "json" (one object per line; api/log_format.py).
     log_format: Literal["text", "json"] = "text"
     kafka_auto_create_partitions: int = Field(default=1, ge=1)
+    # The transaction protocol Kafka clients are told to use (the `transaction.version` feature
+    # ApiVersions finalizes): 2, KIP-890's (Kafka 4's default), or 1 to pin Kafka 4 clients to
+    # the first protocol (AddPartitionsToTxn; one epoch per producer session).
+    kafka_transaction_version: int = Field(default=2, ge=1, le=2)
 
     # Request limits, checked before a body is buffered (bytes) and while it is parsed.
     request_bytes_max: int = Field(default=16 * MIB, gt=0)

@@ -48,7 +48,26 @@ def test_idempotent_producer_and_group_consumer(java_clients, bootstrap, http, t
 
 def test_transactions_commit_abort_and_offsets(java_clients, bootstrap, topic_name):
     seen = java_clients("transactions", bootstrap, topic_name)
+    check_transactions(seen, topic_name)
+    # Kafka 4 clients use transactions v2 (ApiVersions finalizes transaction.version 2): the
+    # epoch is bumped at each of the three ends, and no AddPartitionsToTxn was needed
+    assert (seen["epoch_after"], seen["state_after"]) == (3, "CompleteCommit")
 
+
+def test_transactions_v1_when_the_node_pins_it(java_clients, tmp_path_factory, topic_name):
+    """LAKELOG_KAFKA_TRANSACTION_VERSION=1: the same client keeps the first protocol
+    (AddPartitionsToTxn, AddOffsetsToTxn; one epoch for the producer's session)."""
+    data_dir = tmp_path_factory.mktemp("transactions-v1") / "data"
+    gateway = start_gateway(data_dir, env={"LAKELOG_KAFKA_TRANSACTION_VERSION": "1"}, kafka=True)
+    try:
+        seen = java_clients("transactions", gateway.kafka_address, topic_name)
+    finally:
+        gateway.stop()
+    check_transactions(seen, topic_name)
+    assert (seen["epoch_after"], seen["state_after"]) == (0, "CompleteCommit")
+
+
+def check_transactions(seen: dict, topic_name: str) -> None:
     committed = [(offset, value) for _p, offset, _k, value, _h in seen["read_committed"]]
     # 3: a commit marker; 4..6: the aborted records, 7 their marker; 12: the last commit marker
     assert committed == [
@@ -72,10 +91,6 @@ def test_transactions_commit_abort_and_offsets(java_clients, bootstrap, topic_na
     assert seen["input_read"] == 4
     assert seen["group_offsets"] == {f"{topic_name}-in-0": 4}  # sendOffsetsToTransaction
     assert seen["output_end"] == 13
-    # Kafka 4 clients use transactions v2 (ApiVersions finalizes transaction.version 2): the
-    # epoch is bumped at each of the three ends, and no AddPartitionsToTxn was needed
-    assert seen["epoch_after"] == 3
-    assert seen["state_after"] == "CompleteCommit"
 
 
 def test_admin_topics_configs_and_partitions(java_clients, bootstrap, http, topic_name):

@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests import apache_kafka
+from tests.gateway_process import start_gateway
 
 pytestmark = pytest.mark.gateway
 
@@ -23,30 +24,30 @@ PARTITIONS = 2
 OUTPUT_TIMEOUT_S = 120.0
 
 
-def latest_committed(bootstrap: str, topic: str) -> dict[str, str]:
-    """The last committed value of each key of `topic` (read_committed, from the start)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-checker",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    latest, ended = {}, set()
+def read_to_end(bootstrap: str, topic: str, partitions: int, **settings) -> list:
+    """Every message of `topic` from offset 0 to each partition's end (`settings`: more
+    consumer settings, e.g. the isolation level)."""
+    config = {"group.id": f"{topic}-reader", "enable.partition.eof": True, **settings}
+    consumer = Consumer({"bootstrap.servers": bootstrap, **config})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    messages, ended = [], set()
     deadline = time.monotonic() + 30
-    while len(ended) < PARTITIONS and time.monotonic() < deadline:
+    while len(ended) < partitions and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is None:
             continue
         if message.error() is not None:
             ended.add(message.partition())
             continue
-        latest[message.key().decode()] = message.value().decode()
+        messages.append(message)
     consumer.close()
-    return latest
+    return messages
+
+
+def latest_committed(bootstrap: str, topic: str) -> dict[str, str]:
+    """The last committed value of each key of `topic` (read_committed, from the start)."""
+    messages = read_to_end(bootstrap, topic, PARTITIONS, **{"isolation.level": "read_committed"})
+    return {m.key().decode(): m.value().decode() for m in messages}
 
 
 def wait_for(bootstrap: str, expected: dict[str, dict[str, str]], app) -> None:
@@ -352,21 +353,8 @@ def mirror_maker_settings(source: str, target: str, topic: str, group: str) -> d
 
 
 def records_of(bootstrap: str, topic: str, partitions: int) -> list[tuple]:
-    settings = {"group.id": f"{topic}-reader", "enable.partition.eof": True}
-    consumer = Consumer({"bootstrap.servers": bootstrap, **settings})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    rows, ended = [], set()
-    deadline = time.monotonic() + 30
-    while len(ended) < partitions and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is None:
-            continue
-        if message.error() is not None:
-            ended.add(message.partition())
-            continue
-        rows.append((message.partition(), message.offset(), message.key(), message.value()))
-    consumer.close()
-    return sorted(rows)
+    messages = read_to_end(bootstrap, topic, partitions)
+    return sorted((m.partition(), m.offset(), m.key(), m.value()) for m in messages)
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
@@ -377,10 +365,18 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[i
     return [tp.offset for tp in sorted(answer.topic_partitions, key=lambda tp: tp.partition)]
 
 
+@pytest.fixture
+def empty_node(tmp_path):
+    """A lakelog node of its own, as a migration starts with: only what MirrorMaker brings."""
+    gateway = start_gateway(tmp_path / "lakelog" / "data", kafka=True)
+    yield gateway.kafka_address
+    gateway.stop()
+
+
 def test_mirror_maker_2_migrates_a_topic_and_its_group_from_apache_kafka(
-    apache_kafka_broker, bootstrap, topic_name, tmp_path
+    apache_kafka_broker, empty_node, topic_name, tmp_path
 ):
-    source = apache_kafka_broker.bootstrap
+    source, bootstrap = apache_kafka_broker.bootstrap, empty_node
     topic, group = topic_name, f"{topic_name}-billing"
     create_topics(source, topic, partitions=2)
     producer = Producer({"bootstrap.servers": source})

@@ -343,6 +343,13 @@ def test_kafka_configs_cluster_wide_broker_defaults(bootstrap, topic_name):
     assert "log.retention.ms" not in run(*brokers, "--describe").stdout
 
 
+def quotas_listed(gateway) -> str:
+    """What `lakelog quotas list` prints for the node's storage root."""
+    root = ["--data-dir", str(gateway.data_dir)]
+    command = [sys.executable, "-m", "api.cli", "quotas", "list", *root]
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+
 def test_kafka_configs_user_quotas(secured_node, tmp_path):
     gateway, token = secured_node
     config = admin_properties(token, tmp_path)
@@ -364,12 +371,7 @@ def test_kafka_configs_user_quotas(secured_node, tmp_path):
         "producer_byte_rate=5000,consumer_byte_rate=7000",
     )
     assert done.stdout.strip() == "Completed updating config for user frank."
-    listed = subprocess.run(
-        [sys.executable, "-m", "api.cli", "quotas", "list", "--data-dir", str(gateway.data_dir)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    listed = quotas_listed(gateway)
     assert "User:frank\tproduce_bytes_per_s=5000\tfetch_bytes_per_s=7000" in listed
     refused = run(
         *users,
@@ -391,10 +393,5 @@ def test_kafka_configs_user_quotas(secured_node, tmp_path):
         "--delete-config",
         "producer_byte_rate,consumer_byte_rate",
     )
-    listed = subprocess.run(
-        [sys.executable, "-m", "api.cli", "quotas", "list", "--data-dir", str(gateway.data_dir)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    listed = quotas_listed(gateway)
     assert "User:frank" not in listed

@@ -28,27 +28,28 @@ class Api:
 
 
 async def api_versions(connection: Connection, request, version: int) -> dict:
-    return _versions(ErrorCode.none)
+    levels = {TRANSACTION_VERSION: connection.settings.kafka_transaction_version}
+    return _versions(ErrorCode.none, levels)
 
 
 def api_versions_unsupported() -> dict:
     """The answer to an ApiVersions request of a version this node does not know: v0's shape,
     UNSUPPORTED_VERSION and the supported ranges, so the client retries at one of them."""
-    return _versions(ErrorCode.unsupported_version)
+    return _versions(ErrorCode.unsupported_version, {})
 
 
-def _versions(code: ErrorCode) -> dict:
+def _versions(code: ErrorCode, levels: dict[str, int]) -> dict:
     keys = [
         {"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
         for api in sorted(APIS.values(), key=lambda api: api.key)
     ]
     supported = [
         {"name": name, "min_version": low, "max_version": high}
-        for name, (low, high, _) in FEATURES.items()
+        for name, (low, high) in FEATURES.items()
     ]
     finalized = [
         {"name": name, "min_version_level": level, "max_version_level": level}
-        for name, (_, _, level) in FEATURES.items()
+        for name, level in levels.items()
     ]
     return {
         "error_code": code,
@@ -60,10 +61,11 @@ def _versions(code: ErrorCode) -> dict:
     }
 
 
-# Kafka's feature flags (KIP-584) as ApiVersions v3+ reports them: name -> (lowest supported,
-# highest supported, finalized level). Clients choose protocols by the finalized levels:
+# Kafka's feature flags (KIP-584) as ApiVersions v3+ reports them: name -> (lowest, highest)
+# supported level. Clients choose protocols by the finalized levels (the node's settings):
 # transaction.version 2 is KIP-890's second transaction protocol.
-FEATURES = {"transaction.version": (0, 2, 2)}
+TRANSACTION_VERSION = "transaction.version"
+FEATURES = {TRANSACTION_VERSION: (0, 2)}
 # The features never change while a node runs: one epoch (Kafka's is a metadata offset).
 FINALIZED_FEATURES_EPOCH = 1
 
