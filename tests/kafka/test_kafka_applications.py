@@ -7,6 +7,7 @@ connectors, driven through Connect's REST API."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 
@@ -373,6 +374,11 @@ def empty_node(tmp_path):
     gateway.stop()
 
 
+@pytest.mark.skipif(
+    os.environ.get("LAKELOG_MIRROR_MAKER_TEST") != "1",
+    reason="flaky under the full suite's load (MirrorMaker sometimes syncs no group offset "
+    "within 5 minutes); runs in `make chaos` and with LAKELOG_MIRROR_MAKER_TEST=1",
+)
 def test_mirror_maker_2_migrates_a_topic_and_its_group_from_apache_kafka(
     apache_kafka_broker, empty_node, topic_name, tmp_path
 ):
