@@ -27,11 +27,9 @@ import uuid
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from bench.transactions import create_topic, high_watermark  # noqa: E402
 from tests import apache_kafka  # noqa: E402
 from tests.gateway_process import start_gateway  # noqa: E402
 
@@ -41,21 +39,6 @@ WARMUP_RECORDS = 1
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def create_topic(bootstrap: str) -> str:
-    name = f"txn2-bench-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
-    return name
-
-
-def high_watermark(bootstrap: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "txn2-bench-check"})
-    try:
-        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1]
-    finally:
-        consumer.close()
 
 
 def run_case(classes: Path, bootstrap: str, size: int, seconds: float) -> dict:

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.gateway_process import free_port
+
 REPO = Path(__file__).resolve().parent.parent
 KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.25.5"
@@ -189,12 +191,6 @@ def compile_java(sources: list[Path], out_dir: Path) -> Path:
 
 
 # ---- one Apache Kafka node (KRaft, broker and controller) --------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _die_with_parent() -> None:

@@ -16,12 +16,12 @@ from pathlib import Path
 import jwt
 
 from api.security.errors import AuthenticationFailed
+from storage_layout.meta.principals import USER_PREFIX
 
 # Asymmetric algorithms only: a JWKS holds public keys, and an HMAC "verified" with a public
 # key would accept a token anyone can sign.
 ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512",
               "EdDSA")  # fmt: skip
-USER_PREFIX = "User:"
 BEARER_PREFIX = "auth=Bearer "
 GS2_HEADER_END = ","
 SEPARATOR = "\x01"

@@ -18,7 +18,7 @@ from api.security.errors import (
     UnacceptableCredential,
     UnsupportedSaslMechanism,
 )
-from storage_layout.meta.principals import ScramCredential
+from storage_layout.meta.principals import USER_PREFIX, ScramCredential
 
 SCRAM_SHA_256, SCRAM_SHA_512 = "SCRAM-SHA-256", "SCRAM-SHA-512"
 HASHES = {SCRAM_SHA_256: hashlib.sha256, SCRAM_SHA_512: hashlib.sha512}
@@ -26,7 +26,6 @@ MECHANISM_IDS = {SCRAM_SHA_256: 1, SCRAM_SHA_512: 2}  # Kafka's ScramMechanism t
 ITERATIONS_MIN, ITERATIONS_MAX = 4096, 16384
 DEFAULT_ITERATIONS = 8192
 SALT_BYTES = 32
-USER_PREFIX = "User:"
 
 
 def check_mechanism(mechanism: str) -> None:

@@ -37,6 +37,7 @@ from storage_layout.meta.documents import DocumentTable
 
 PRINCIPALS_TABLE = "principals"
 
+USER_PREFIX = "User:"  # Kafka's principal type of a user: `alice` is `User:alice`
 KIND_PRINCIPAL = "principal"
 KIND_API_KEY = "api_key"
 KIND_QUOTA = "quota"
@@ -95,7 +96,7 @@ class ScramCredential:
 
 def normalize_principal(name: str) -> str:
     """`alice` or `User:alice` -> `User:alice` (InvalidConfig if not a valid name)."""
-    principal = name if name.startswith("User:") else f"User:{name}"
+    principal = name if name.startswith(USER_PREFIX) else USER_PREFIX + name
     if not PRINCIPAL_PATTERN.match(principal):
         raise InvalidConfig(
             f"Invalid principal '{name}': use User:<name> with letters, digits, . _ @ -."

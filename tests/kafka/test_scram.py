@@ -30,6 +30,8 @@ from tests.kafka.test_hostile_frames import (
     read_answer,
     request_frame,
 )
+from tests.kafka.test_kafka_tools import admin_properties
+from tests.kafka.test_security import sasl
 from tests.security.helpers import AUTH_ENV, add_acl, bearer, make_keys
 
 pytestmark = pytest.mark.gateway
@@ -45,17 +47,6 @@ def node(tmp_path_factory):
     gateway = start_gateway(data_dir, env=AUTH_ENV, kafka=True)
     yield gateway, tokens["admin"]
     gateway.stop()
-
-
-def admin_config(gateway, token: str) -> dict:
-    key_id, secret = token.split(".", 1)
-    return {
-        "bootstrap.servers": gateway.kafka_address,
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "PLAIN",
-        "sasl.username": key_id,
-        "sasl.password": secret,
-    }
 
 
 def scram_config(gateway, user: str, password: str, mechanism: str) -> dict:
@@ -81,13 +72,7 @@ def java_properties(tmp_path, user: str, password: str, mechanism: str):
 def test_kafka_configs_manages_credentials_and_clients_log_in(node, topic_name, tmp_path):
     gateway, token = node
     admin = ("--bootstrap-server", gateway.kafka_address, "--command-config")
-    admin_file = tmp_path / "admin.properties"
-    key_id, secret = token.split(".", 1)
-    admin_file.write_text(
-        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
-        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
-        f'username="{key_id}" password="{secret}";\n'
-    )
+    admin_file = admin_properties(token, tmp_path)
     users = ("kafka-configs", *admin, str(admin_file), "--entity-type", "users")
     user = f"scram-{topic_name[-6:]}"
     # one mechanism per request: Kafka refuses two changes of one user in a request
@@ -109,7 +94,7 @@ def test_kafka_configs_manages_credentials_and_clients_log_in(node, topic_name, 
     with bearer(gateway.url, token) as http_admin:
         add_acl(http_admin, f"User:{user}", "DESCRIBE", topic_name)
         add_acl(http_admin, f"User:{user}", "WRITE", topic_name)
-    creator = AdminClient(admin_config(gateway, token))
+    creator = AdminClient(sasl(gateway, token))
     creator.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(30)
 
     listed = apache_kafka.tool(
@@ -139,7 +124,7 @@ def test_kafka_configs_manages_credentials_and_clients_log_in(node, topic_name, 
 
 def test_bad_credentials_get_kafkas_error_codes(node):
     gateway, token = node
-    admin = AdminClient(admin_config(gateway, token))
+    admin = AdminClient(sasl(gateway, token))
     few = UserScramCredentialUpsertion(
         "erin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 100), b"pw", b"salt"
     )
@@ -211,7 +196,7 @@ def test_a_malformed_exchange_is_refused_and_the_node_serves_on(node, messages):
     grace = UserScramCredentialUpsertion(
         "grace", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"grace-password"
     )
-    admin = AdminClient(admin_config(gateway, token))
+    admin = AdminClient(sasl(gateway, token))
     admin.alter_user_scram_credentials([grace])["grace"].result(30)
     answers = authenticate_frames(gateway.kafka_address, "SCRAM-SHA-512", messages)
     failed = answers[-1]

@@ -13,10 +13,9 @@ from api.core.errors import InvalidRequest
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
 from api.security.authorizer import CLUSTER_RESOURCE_NAME
-from storage_layout.meta.principals import Quota
+from storage_layout.meta.principals import USER_PREFIX, Quota, normalize_principal
 
 USER = "user"
-USER_PREFIX = "User:"
 EXACT, DEFAULT, ANY = 0, 1, 2  # DescribeClientQuotas match types
 PRODUCE_RATE, FETCH_RATE = "producer_byte_rate", "consumer_byte_rate"
 FIELDS = {PRODUCE_RATE: "produce_bytes_per_s", FETCH_RATE: "fetch_bytes_per_s"}
@@ -107,7 +106,7 @@ def _principal_of(entity) -> str:
             "The default user quotas are each node's LAKELOG_QUOTA_PRODUCE_BYTES_PER_S and "
             "LAKELOG_QUOTA_FETCH_BYTES_PER_S; set a user's own quota instead."
         )
-    return USER_PREFIX + entity[0].entity_name
+    return normalize_principal(entity[0].entity_name)
 
 
 def _changed(current: Quota, ops) -> Quota:

@@ -110,8 +110,12 @@ async def describe_log_dirs(connection: Connection, request, version: int) -> di
     partitions = connection.broker.partitions
     root, total_bytes, usable_bytes = partitions.storage_root()
     topics = []
-    for topic, indexes in await _described_partitions(connection, request.topics):
-        led = [i for i in indexes if _leads(connection, topic.name, i)]
+    for _name, topic, indexes in await _named_partitions(connection, request.topics):
+        if isinstance(topic, Exception):
+            continue  # Kafka leaves out what this broker does not hold
+        led = [
+            i for i in indexes if 0 <= i < topic.partitions and _leads(connection, topic.name, i)
+        ]
         sizes = [
             {
                 "partition_index": index,
@@ -131,21 +135,6 @@ async def describe_log_dirs(connection: Connection, request, version: int) -> di
         "usable_bytes": usable_bytes,
     }
     return {"throttle_time": 0, "error_code": ErrorCode.none, "results": [result]}
-
-
-async def _described_partitions(connection: Connection, requested) -> list[tuple]:
-    """(TopicInfo, partition indexes) of the topics asked for that exist (None: all)."""
-    topics = connection.broker.topics
-    if requested is None:
-        return [(t, range(t.partitions)) for t in await topics.list_all()]
-    described = []
-    for entry in requested:
-        try:
-            info = await topics.get(entry.topic)
-        except Exception:
-            continue  # Kafka leaves out what this broker does not hold
-        described.append((info, [p for p in entry.partitions if 0 <= p < info.partitions]))
-    return described
 
 
 def _leads(connection: Connection, topic_name: str, partition: int) -> bool:

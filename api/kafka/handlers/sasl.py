@@ -21,6 +21,7 @@ from api.kafka.errors import error_code, error_message
 from api.security import oauth, scram
 from api.security.authorizer import CLUSTER_RESOURCE_NAME
 from api.security.errors import AuthenticationFailed
+from storage_layout.meta.principals import USER_PREFIX
 
 PLAIN, OAUTHBEARER = "PLAIN", "OAUTHBEARER"
 MECHANISMS = (PLAIN, scram.SCRAM_SHA_256, scram.SCRAM_SHA_512)
@@ -114,7 +115,7 @@ async def describe_user_scram_credentials(connection: Connection, request, versi
         return answer | {"error_code": ErrorCode.cluster_authorization_failed, "results": []}
     known: dict[str, list] = {}
     for credential in connection.security.scram_credentials():
-        user = credential.principal.removeprefix(scram.USER_PREFIX)
+        user = credential.principal.removeprefix(USER_PREFIX)
         info = {"mechanism": scram.MECHANISM_IDS[credential.mechanism],
                 "iterations": credential.iterations}  # fmt: skip
         known.setdefault(user, []).append(info)
@@ -149,7 +150,7 @@ async def _delete(connection: Connection, deletion, allowed: bool, users: list[s
     async def remove() -> None:
         mechanism = MECHANISM_NAMES.get(deletion.mechanism, "")
         scram.check_mechanism(mechanism)
-        principal = scram.USER_PREFIX + deletion.name
+        principal = USER_PREFIX + deletion.name
         await connection.security.remove_scram_credential(principal, mechanism)
 
     return await _altered(deletion.name, allowed, users, remove)
@@ -158,7 +159,7 @@ async def _delete(connection: Connection, deletion, allowed: bool, users: list[s
 async def _upsert(connection: Connection, upsertion, allowed: bool, users: list[str]) -> dict:
     async def store() -> None:
         credential = scram.credential_from_salted(
-            scram.USER_PREFIX + upsertion.name,
+            USER_PREFIX + upsertion.name,
             MECHANISM_NAMES.get(upsertion.mechanism, ""),
             upsertion.iterations,
             upsertion.salt,
