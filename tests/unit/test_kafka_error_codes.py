@@ -111,6 +111,13 @@ NAMED_SINCE = {
     "UnacceptableCredential": ErrorCode.unacceptable_credential,  # SCRAM (issue 27)
     "UnsupportedSaslMechanism": ErrorCode.unsupported_sasl_mechanism,
     "CredentialNotFound": ErrorCode.resource_not_found,
+    # KIP-848 consumer groups (issue 27)
+    "FencedMemberEpoch": ErrorCode.fenced_member_epoch,
+    "StaleMemberEpoch": ErrorCode.stale_member_epoch,
+    "UnreleasedInstanceId": ErrorCode.unreleased_instance_id,
+    "UnsupportedAssignor": ErrorCode.unsupported_assignor,
+    "UnsupportedGroupVersion": ErrorCode.unsupported_version,
+    "InvalidRegularExpression": ErrorCode.invalid_regular_expression,
 }
 
 

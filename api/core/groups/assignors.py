@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from storage_layout.records import TopicPartition
 
 ASSIGNORS = ("range", "roundrobin", "cooperative-sticky")
+# KIP-848's server-side assignors (group.remote.assignor); the first is the default.
+SERVER_ASSIGNORS = ("uniform", "range")
 
 # member_id -> partitions: the working form while an assignor decides, frozen into an Assignment.
 _Held = dict[str, set[TopicPartition]]
@@ -36,9 +38,9 @@ _Held = dict[str, set[TopicPartition]]
 class UnknownAssignor(ValueError):
     """The group asked for an assignor this server does not implement."""
 
-    def __init__(self, assignor: str) -> None:
+    def __init__(self, assignor: str, known: Sequence[str] = ASSIGNORS) -> None:
         super().__init__(
-            f"Unknown partition assignor '{assignor}'; valid assignors: {', '.join(ASSIGNORS)}."
+            f"Unknown partition assignor '{assignor}'; valid assignors: {', '.join(known)}."
         )
         self.assignor = assignor
 
@@ -131,6 +133,32 @@ def assign(
         return _assign_cooperative_sticky(ordered, partitions_per_topic)
     eager = _assign_range if assignor == "range" else _assign_roundrobin
     return _frozen(eager(ordered, partitions_per_topic), revoking=())
+
+
+def assign_target(
+    assignor: str,
+    members: Sequence[MemberSubscription],
+    partitions_per_topic: Mapping[str, int],
+) -> dict[str, frozenset[TopicPartition]]:
+    """The target assignment of a KIP-848 consumer group (its server-side assignors).
+
+    `uniform` is sticky: each member's `owned` is its previous target, kept as far as balance
+    allows. `range` splits each topic in contiguous ranges over its subscribers, so members
+    subscribed to co-partitioned topics get the same partition numbers of each. Neither
+    revokes: the group's reconciliation takes partitions away before giving them to others.
+
+    Raises:
+        UnknownAssignor: `assignor` is not one of `SERVER_ASSIGNORS`.
+    """
+    if assignor not in SERVER_ASSIGNORS:
+        raise UnknownAssignor(assignor, SERVER_ASSIGNORS)
+    ordered = _ordered_members(members)
+    _check_partition_counts(partitions_per_topic)
+    if assignor == "range":
+        held = _assign_range(ordered, partitions_per_topic)
+    else:
+        held = _sticky(ordered, partitions_per_topic, _claims(ordered, partitions_per_topic))
+    return {member_id: frozenset(tps) for member_id, tps in held.items()}
 
 
 def needs_follow_up(assignment: Assignment) -> bool:
@@ -234,6 +262,15 @@ def _assign_cooperative_sticky(
     4. A partition whose final holder is not its current owner is revoked, not handed over.
     """
     claims = _claims(members, partitions_per_topic)
+    return _revoke_changing_owner(_sticky(members, partitions_per_topic, claims), claims)
+
+
+def _sticky(
+    members: Sequence[MemberSubscription],
+    partitions_per_topic: Mapping[str, int],
+    claims: Mapping[TopicPartition, tuple[str, ...]],
+) -> _Held:
+    """Steps 1 to 3 of the cooperative-sticky assignor: keep, place the unowned, balance."""
     kept = _kept_owners(members, claims)
     held = _empty(members)
     for tp, member_id in kept.items():
@@ -241,7 +278,7 @@ def _assign_cooperative_sticky(
     unowned = [tp for tp in _subscribed_partitions(members, partitions_per_topic) if tp not in kept]
     _place_unowned(members, held, unowned)
     _balance(members, held, kept)
-    return _revoke_changing_owner(held, claims)
+    return held
 
 
 def _claims(

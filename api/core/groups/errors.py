@@ -50,8 +50,47 @@ class NonEmptyGroup(GroupError):
 class GroupNotFound(GroupError):
     code = "GROUP_ID_NOT_FOUND"
 
-    def __init__(self, group_id: str) -> None:
-        super().__init__(f"Consumer group '{group_id}' does not exist on this cluster.")
+    def __init__(self, group_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"Consumer group '{group_id}' does not exist on this cluster.")
+
+
+class FencedMemberEpoch(GroupError):
+    """KIP-848: the member's epoch is not the one the coordinator gave it (it was removed, or
+    is ahead): it must give up its partitions and join again with epoch 0."""
+
+    code = "FENCED_MEMBER_EPOCH"
+
+
+class StaleMemberEpoch(GroupError):
+    """KIP-848: an offset commit or fetch with an epoch other than the member's current one."""
+
+    code = "STALE_MEMBER_EPOCH"
+
+
+class UnreleasedInstanceId(GroupError):
+    """KIP-848: a static member joined with an instance id another member still holds (it
+    has not left with epoch -2, nor timed out)."""
+
+    code = "UNRELEASED_INSTANCE_ID"
+
+
+class UnsupportedAssignor(GroupError):
+    """KIP-848: group.remote.assignor names an assignor the coordinator does not have."""
+
+    code = "UNSUPPORTED_ASSIGNOR"
+
+
+class UnsupportedGroupVersion(GroupError):
+    """A request version the group's protocol does not serve (e.g. OffsetCommit v8 or older
+    from a member of a KIP-848 consumer group, whose epochs need v9)."""
+
+    code = "UNSUPPORTED_VERSION"
+
+
+class InvalidRegularExpression(GroupError):
+    """KIP-848: the subscription's regular expression does not compile."""
+
+    code = "INVALID_REGULAR_EXPRESSION"
 
 
 class NotCoordinator(GroupError):
