@@ -239,6 +239,7 @@ class Node:
             topics=topics.partition_counts,
             blocking=self.blocking,
             pending_transactions=pending_transactions,
+            consumer_session_timeout_ms=self.settings.group_consumer_session_timeout_ms,
         )
         groups.start()
         self._closers.append(groups.close)

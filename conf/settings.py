@@ -53,6 +53,10 @@ class Settings(BaseSettings):
     # ApiVersions finalizes): 2, KIP-890's (Kafka 4's default), or 1 to pin Kafka 4 clients to
     # the first protocol (AddPartitionsToTxn; one epoch per producer session).
     kafka_transaction_version: int = Field(default=2, ge=1, le=2)
+    # KIP-848 consumer groups: Kafka's group.consumer.session.timeout.ms (a member silent this
+    # long is removed) and group.consumer.heartbeat.interval.ms (what members are told to keep).
+    group_consumer_session_timeout_ms: int = Field(default=45_000, ge=1_000)
+    group_consumer_heartbeat_interval_ms: int = Field(default=5_000, ge=100)
 
     # Request limits, checked before a body is buffered (bytes) and while it is parsed.
     request_bytes_max: int = Field(default=16 * MIB, gt=0)

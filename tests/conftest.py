@@ -51,9 +51,12 @@ def create_topic(client: httpx.Client, name: str, partitions: int = 1, **configs
 @pytest.fixture(scope="session")
 def kafka_gateway(tmp_path_factory) -> GatewayProcess:
     """A gateway serving the Kafka protocol beside HTTP (tests/kafka, Spark's format("kafka"))."""
-    # lag sampled often: the lag metric is the latest sample
-    lag_env = {"LAKELOG_LAG_SAMPLE_INTERVAL_MS": "200"}
-    process = start_gateway(tmp_path_factory.mktemp("kafka") / "data", env=lag_env, kafka=True)
+    env = {
+        "LAKELOG_LAG_SAMPLE_INTERVAL_MS": "200",  # the lag metric is the latest sample
+        # KIP-848 members heartbeat this often: a reassignment takes a few heartbeats
+        "LAKELOG_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "500",
+    }
+    process = start_gateway(tmp_path_factory.mktemp("kafka") / "data", env=env, kafka=True)
     yield process
     process.stop()
 

@@ -37,11 +37,21 @@ def java_classes(tmp_path_factory) -> Path:
 def java_clients(java_classes):
     """Run a scenario of tests/java/JavaClients.java (Kafka's Java clients):
     `java_clients(scenario, bootstrap, name, **client_config)` is the JSON object it printed."""
+    return _java_scenarios("JavaClients", java_classes)
 
+
+@pytest.fixture(scope="session")
+def consumer_protocol(java_classes):
+    """Run a scenario of tests/java/ConsumerProtocol.java (KIP-848 with Kafka's Java consumer),
+    as `java_clients` runs JavaClients'."""
+    return _java_scenarios("ConsumerProtocol", java_classes)
+
+
+def _java_scenarios(main_class: str, java_classes: Path):
     def run(scenario: str, bootstrap: str, name: str, **client_config) -> dict:
         settings = [f"{key.replace('_', '.')}={value}" for key, value in client_config.items()]
         command = apache_kafka.java_command(
-            "JavaClients", scenario, bootstrap, name, *settings, classpath=(java_classes,)
+            main_class, scenario, bootstrap, name, *settings, classpath=(java_classes,)
         )
         done = subprocess.run(command, capture_output=True, text=True, timeout=240)
         assert done.returncode == 0, f"{scenario} failed:\n{done.stderr[-4000:]}"

@@ -22,15 +22,31 @@ import contextlib
 import dataclasses
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from api.core import metrics
 from api.core.cluster import preferred_node
-from api.core.groups.consumer_protocol import decode_assignment
+from api.core.groups.consumer_group import (
+    LEAVE_EPOCH,
+    ClassicJoin,
+    ConsumerGroup,
+    ConsumerMember,
+    Heartbeat,
+    HeartbeatAnswer,
+    check_heartbeat,
+)
+from api.core.groups.consumer_protocol import (
+    BadConsumerProtocol,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+)
 from api.core.groups.errors import (
     GroupNotFound,
     GroupSubscribedToTopic,
+    InconsistentGroupProtocol,
     InvalidGroupRequest,
     NonEmptyGroup,
     NotCoordinator,
@@ -58,6 +74,8 @@ COORDINATOR_TOPIC = "__consumer_offsets"
 TICK_S = 0.1  # how often sessions expire and rebalance deadlines are checked
 METADATA_CHECK_S = 5.0  # how often subscribed topics are checked for new partitions or matches
 SESSION_TIMEOUT_MS_RANGE = (1_000, 1_800_000)  # Kafka's group.min/max.session.timeout.ms
+CLASSIC, CONSUMER = "classic", "consumer"  # Kafka's group types: JoinGroup's, KIP-848's
+CONSUMER_SESSION_TIMEOUT_MS = 45_000  # Kafka's group.consumer.session.timeout.ms
 
 
 def coordinator_slot(group_id: str) -> int:
@@ -76,6 +94,9 @@ class JoinResult:
 
 @dataclass(frozen=True, slots=True)
 class GroupDescription:
+    """A group as admin APIs show it. For a consumer group (KIP-848), `generation` is the
+    group epoch and `protocol` the server-side assignor."""
+
     group_id: str
     state: str
     generation: int
@@ -83,6 +104,8 @@ class GroupDescription:
     leader_id: str | None
     coordinator_id: int
     members: tuple[MemberView, ...]
+    group_type: str = CLASSIC
+    protocol_type: str | None = None  # Kafka's, e.g. "consumer"; None for a group never joined
 
 
 @dataclass(slots=True)
@@ -102,6 +125,11 @@ class _GroupSlot:
     offsets: dict[TopicPartition, CommittedOffset]
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     topics_seen: dict[str, int] = field(default_factory=dict)  # partitions at last rebalance
+    consumer: ConsumerGroup | None = None  # while the group is a KIP-848 consumer group
+
+    @property
+    def group_type(self) -> str:
+        return CONSUMER if self.consumer is not None else CLASSIC
 
 
 # group id -> (producer id, partitions) of each open transaction holding offsets of the group
@@ -122,6 +150,7 @@ class GroupCoordinator:
         blocking: Callable,
         clock: Callable[[], float] = time.monotonic,
         pending_transactions: PendingTransactions | None = None,
+        consumer_session_timeout_ms: int = CONSUMER_SESSION_TIMEOUT_MS,
     ) -> None:
         self._offsets = offsets
         self.node_id = node_id
@@ -130,6 +159,7 @@ class GroupCoordinator:
         self._topics = topics  # async () -> {topic name: partitions}
         self._blocking = blocking
         self._clock = clock
+        self._consumer_session_timeout_ms = consumer_session_timeout_ms
         self._slots: dict[str, _GroupSlot] = {}
         self._taking: dict[str, asyncio.Lock] = {}
         self._ticker: asyncio.Task | None = None
@@ -192,6 +222,9 @@ class GroupCoordinator:
         """Join (or rejoin) and wait until the rebalance completes; returns the assignment."""
         _check_join(request)
         slot = await self._slot(group_id)
+        if slot.consumer is not None and slot.consumer.members:
+            return await self._join_consumer_group(slot, request)
+        self._become_classic(slot)
         group = slot.group
         joined_during = group.generation  # the rebalance completes with the next generation
         member = group.join(request)
@@ -233,6 +266,21 @@ class GroupCoordinator:
         still to complete."""
         return group.state == GroupState.PREPARING_REBALANCE and group.generation == joined_during
 
+    async def _join_consumer_group(self, slot: _GroupSlot, request: JoinRequest) -> JoinResult:
+        """KIP-848's migration: a classic member in a consumer group, assigned by the
+        coordinator. Its answer names no leader (nobody assigns on the client side)."""
+        consumer = slot.consumer
+        if not request.client_assigned or request.protocol_type != "consumer":
+            raise InconsistentGroupProtocol(
+                f"Group '{consumer.group_id}' is a consumer group (KIP-848): only Kafka "
+                f"consumers may join it (group.protocol=consumer, or classic consumers)."
+            )
+        join = _classic_join(request)
+        member = consumer.classic_join(join, await self._topics())
+        self._notify(slot)
+        assignment = tuple(sorted(member.assigned))
+        return JoinResult(member.member_id, member.epoch, join.protocol, "", assignment, ())
+
     async def sync(self, group_id: str, member_id: str, generation: int) -> tuple:
         slot = await self._slot(group_id)
         assignment = slot.group.sync(member_id, generation)
@@ -253,6 +301,9 @@ class GroupCoordinator:
             RebalanceInProgress: a new rebalance began, or the leader never sent assignments.
         """
         slot = await self._slot(group_id)
+        if slot.consumer is not None:
+            member = slot.consumer.classic_member(member_id, generation)
+            return encode_assignment(tuple(sorted(member.assigned)))
         group = slot.group
         member = group.member(member_id)
         deadline_s = self._clock() + member.rebalance_timeout_ms / 1000
@@ -271,11 +322,19 @@ class GroupCoordinator:
 
     async def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
         slot = await self._slot(group_id)
-        slot.group.heartbeat(member_id, generation)
+        if slot.consumer is None:
+            slot.group.heartbeat(member_id, generation)
+            return
+        if slot.consumer.refresh(await self._topics()):
+            self._notify(slot)
+        slot.consumer.classic_heartbeat(member_id, generation)
 
     async def leave(self, group_id: str, member_id: str) -> None:
         slot = await self._slot(group_id)
-        slot.group.leave(member_id)
+        if slot.consumer is not None:
+            slot.consumer.leave(member_id, LEAVE_EPOCH, None)
+        else:
+            slot.group.leave(member_id)
         self._notify(slot)
 
     async def group(self, group_id: str) -> Group:
@@ -288,6 +347,80 @@ class GroupCoordinator:
         slot = await self._slot(group_id)
         if slot.group.ready_to_complete():
             await self._complete(group_id, slot)
+
+    # ---- KIP-848 consumer groups -----------------------------------------------------------
+
+    async def consumer_heartbeat(self, group_id: str, beat: Heartbeat) -> HeartbeatAnswer:
+        """Kafka's ConsumerGroupHeartbeat: join, reconcile, leave (consumer_group.py).
+
+        Raises:
+            GroupNotFound: a classic group with members has this id, or (a member not joining)
+                no consumer group has. Any error of ConsumerGroup.heartbeat.
+        """
+        check_heartbeat(beat)
+        slot = await self._slot(group_id)
+        consumer = self._become_consumer(group_id, slot, joining=beat.member_epoch == 0)
+        answer = consumer.heartbeat(beat, await self._topics())
+        self._notify(slot)
+        return answer
+
+    async def group_type(self, group_id: str) -> str:
+        return (await self._slot(group_id)).group_type
+
+    async def consumer_group(self, group_id: str) -> ConsumerGroup:
+        """The consumer group of that id.
+
+        Raises:
+            GroupNotFound: the group is not a consumer group (it is classic, or unknown).
+        """
+        slot = await self._slot(group_id)
+        if slot.consumer is None:
+            _check_exists(group_id, slot)
+            raise GroupNotFound(group_id, f"Group '{group_id}' is not a consumer group.")
+        return slot.consumer
+
+    async def uses_member_epochs(self, group_id: str, member_id: str) -> bool:
+        """Whether the member is a consumer protocol member (KIP-848), whose offset commits
+        carry its epoch: OffsetCommit v9 or later."""
+        slot = await self._slot(group_id)
+        member = slot.consumer.members.get(member_id) if slot.consumer is not None else None
+        return member is not None and not member.classic
+
+    async def check_member_epoch(self, group_id: str, member_id: str, epoch: int) -> None:
+        """OffsetFetch v9 names its member: in a consumer group it must be at its epoch
+        (a classic group's fetches are not checked, as in Kafka)."""
+        slot = await self._slot(group_id)
+        if slot.consumer is not None:
+            slot.consumer.check_member_epoch(member_id, epoch)
+
+    def _become_consumer(self, group_id: str, slot: _GroupSlot, *, joining: bool) -> ConsumerGroup:
+        if slot.consumer is not None:
+            return slot.consumer
+        group = slot.group
+        if group.members and not _upgradable(group):
+            raise GroupNotFound(
+                group_id,
+                f"Group '{group_id}' is not a consumer group, and its classic members cannot "
+                f"move to one now (the group must be Stable, its members Kafka consumers).",
+            )
+        if not joining:
+            raise GroupNotFound(group_id, f"Consumer group '{group_id}' has no such member.")
+        slot.consumer = ConsumerGroup(group_id, self._clock, self._consumer_session_timeout_ms)
+        # Epochs continue above the generations committed with, as a classic group's do.
+        slot.consumer.epoch = slot.consumer.assignment_epoch = group.generation
+        if group.members:  # KIP-848's online upgrade: the classic members come along
+            slot.consumer.adopt([_adopted(m, group) for m in group.members.values()])
+            group.hand_over()
+            log.info("group %s upgraded to a consumer group", group_id)
+        return slot.consumer
+
+    def _become_classic(self, slot: _GroupSlot) -> None:
+        """An empty consumer group a classic member joins is a classic group again."""
+        consumer = slot.consumer
+        if consumer is None:
+            return
+        slot.group.generation = max(slot.group.generation, consumer.epoch)
+        slot.consumer = None
 
     # ---- offsets ---------------------------------------------------------------------------
 
@@ -307,7 +440,7 @@ class GroupCoordinator:
         """
         _check_commits(commits)
         slot = await self._slot(group_id)
-        self._check_committer(slot.group, member_id, generation)
+        self._check_committer(slot, member_id, generation)
         future = asyncio.get_running_loop().create_future()
         self._queue.append((group_id, _PendingCommit(commits, member_id, generation, future)))
         if self._committer is None or self._committer.done():
@@ -354,7 +487,7 @@ class GroupCoordinator:
         """Raise what `commit` would for this member and generation, committing nothing (a
         caller that writes elsewhere first, as a dead letter, checks before it writes)."""
         slot = await self._slot(group_id)
-        self._check_committer(slot.group, member_id, generation)
+        self._check_committer(slot, member_id, generation)
 
     async def delete_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition]
@@ -363,7 +496,7 @@ class GroupCoordinator:
         topics the group's members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC each)."""
         slot = await self._slot(group_id)
         _check_exists(group_id, slot)
-        subscribed = _subscribed_topics(slot.group, await self._topics())
+        subscribed = _subscribed_topics(slot, await self._topics())
         outcome: dict[TopicPartition, Exception | None] = {}
         doomed = []
         for tp in partitions:
@@ -385,15 +518,14 @@ class GroupCoordinator:
             NonEmptyGroup: it has members. GroupNotFound: it does not exist (_check_exists).
         """
         slot = await self._slot(group_id)
-        group = slot.group
-        if group.members:
+        if members := _member_count(slot):
             raise NonEmptyGroup(
-                f"Group '{group_id}' has {len(group.members)} active member(s): stop them first."
+                f"Group '{group_id}' has {members} active member(s): stop them first."
             )
         _check_exists(group_id, slot)
         await self._delete(group_id, list(slot.offsets))
         self._slots.pop(group_id, None)
-        group.mark_dead()
+        _mark_dead(slot)
         self._notify(slot)
 
     async def _delete(self, group_id: str, partitions: list[TopicPartition]) -> None:
@@ -417,6 +549,9 @@ class GroupCoordinator:
         slot = await self._slot(group_id)
         group = slot.group
         _check_exists(group_id, slot)
+        if slot.consumer is not None:
+            return _consumer_description(slot.consumer, self.node_id)
+        protocol_type = group.protocol_type or ("consumer" if group.members else None)
         return GroupDescription(
             group_id,
             group.state.value,
@@ -425,6 +560,8 @@ class GroupCoordinator:
             group.leader_id,
             self.node_id,
             tuple(group.views()),
+            CLASSIC,
+            protocol_type,
         )
 
     async def stored_groups(self) -> list[str]:
@@ -481,7 +618,7 @@ class GroupCoordinator:
     def _drop(self, group_id: str) -> None:
         slot = self._slots.pop(group_id, None)
         if slot is not None:
-            slot.group.mark_dead()
+            _mark_dead(slot)
             self._notify(slot)
             log.info("node %s hands group %s over", self.node_id, group_id)
 
@@ -523,6 +660,9 @@ class GroupCoordinator:
         if check_metadata:
             self._last_metadata_check_s = self._clock()
         for group_id, slot in list(self._slots.items()):
+            if slot.consumer is not None:
+                self._tick_consumer_group(slot, partitions)
+                continue
             group = slot.group
             if group.expire():
                 self._notify(slot)
@@ -532,6 +672,16 @@ class GroupCoordinator:
                     self._notify(slot)
             if group.ready_to_complete():
                 await self._complete(group_id, slot)
+
+    def _tick_consumer_group(self, slot: _GroupSlot, partitions: dict[str, int] | None) -> None:
+        """Expire sessions and revocation deadlines; on a metadata check, compute a new target
+        when the subscribed topics changed. Members learn it at their next heartbeat."""
+        consumer = slot.consumer
+        changed = consumer.expire()
+        if partitions is not None:
+            changed = consumer.refresh(partitions) or changed
+        if changed:
+            self._notify(slot)
 
     def _notify(self, slot: _GroupSlot) -> None:
         changed, slot.changed = slot.changed, asyncio.Event()
@@ -543,16 +693,21 @@ class GroupCoordinator:
 
     # ---- internals: offset commits ---------------------------------------------------------
 
-    def _check_committer(self, group: Group, member_id: str | None, generation: int) -> None:
+    def _check_committer(self, slot: _GroupSlot, member_id: str | None, generation: int) -> None:
+        group = slot.group
+        members = _member_count(slot)
         if member_id is None and generation < 0:
-            if group.members:
+            if members:
                 raise NonEmptyGroup(
-                    f"Group '{group.group_id}' has {len(group.members)} active member(s): "
+                    f"Group '{group.group_id}' has {members} active member(s): "
                     f"offsets outside a generation can be set only while it has none."
                 )
             return
         if member_id is None:
             raise InvalidGroupRequest("A commit with a generation must name its member_id.")
+        if slot.consumer is not None:  # KIP-848: the member's epoch is its generation
+            slot.consumer.check_member_epoch(member_id, generation)
+            return
         group.touch(member_id)
         group.check_generation(generation)
         # As Kafka: members of the current generation may still commit while the group
@@ -621,9 +776,85 @@ class GroupCoordinator:
         return results
 
 
-def _subscribed_topics(group: Group, partitions: dict[str, int]) -> set[str]:
+def _subscribed_topics(slot: _GroupSlot, partitions: dict[str, int]) -> set[str]:
     all_topics = frozenset(partitions)
-    return set().union(*(m.subscription.resolve(all_topics) for m in group.members.values()))
+    if slot.consumer is not None:
+        return slot.consumer.subscribed_topics(all_topics)
+    members = slot.group.members.values()
+    return set().union(*(m.subscription.resolve(all_topics) for m in members))
+
+
+def _classic_join(request: JoinRequest) -> ClassicJoin:
+    protocol, metadata = request.protocol_metadata[0]
+    try:
+        subscription = decode_subscription(metadata)
+    except BadConsumerProtocol as error:
+        raise InvalidGroupRequest(f"Unreadable consumer protocol metadata: {error}") from error
+    return ClassicJoin(
+        member_id=request.member_id or f"{request.client_id}-{uuid.uuid4()}",
+        client_id=request.client_id,
+        instance_id=request.group_instance_id,
+        session_timeout_ms=request.session_timeout_ms,
+        rebalance_timeout_ms=request.rebalance_timeout_ms,
+        topics=frozenset(subscription.topics),
+        owned=frozenset(subscription.owned),
+        protocol=protocol,
+    )
+
+
+def _upgradable(group: Group) -> bool:
+    """Kafka's rule for converting a classic group: Stable, and every member a consumer."""
+    return (
+        group.state == GroupState.STABLE
+        and all(m.protocol_metadata is not None for m in group.members.values())
+        and group.protocol_type == "consumer"
+    )
+
+
+def _adopted(member, group: Group) -> ConsumerMember:
+    """A classic member as a consumer group's member: at its generation, with what it holds."""
+    return ConsumerMember(
+        member_id=member.member_id,
+        client_id=member.client_id,
+        client_host="",
+        instance_id=member.group_instance_id,
+        rack_id=None,
+        rebalance_timeout_ms=member.rebalance_timeout_ms,
+        last_seen_s=member.last_seen_s,
+        topic_names=member.subscription.topics,
+        epoch=group.generation,
+        assigned=frozenset(member.assignment),
+        classic_session_timeout_ms=member.session_timeout_ms,
+        classic_protocol=group.protocol,
+    )
+
+
+def _member_count(slot: _GroupSlot) -> int:
+    return len(slot.consumer.members if slot.consumer is not None else slot.group.members)
+
+
+def _mark_dead(slot: _GroupSlot) -> None:
+    slot.group.mark_dead()
+    if slot.consumer is not None:
+        slot.consumer.mark_dead()
+
+
+def _consumer_description(consumer: ConsumerGroup, node_id: int) -> GroupDescription:
+    members = tuple(
+        MemberView(m.member_id, m.client_id, m.instance_id, tuple(sorted(m.assigned)))
+        for m in consumer.members.values()
+    )
+    return GroupDescription(
+        consumer.group_id,
+        consumer.state.value,
+        consumer.epoch,
+        consumer.assignor(),
+        None,
+        node_id,
+        members,
+        CONSUMER,
+        "consumer",
+    )
 
 
 def _relevant(group: Group, partitions: dict[str, int]) -> dict[str, int]:
@@ -663,5 +894,7 @@ def _check_exists(group_id: str, slot: _GroupSlot) -> None:
         GroupNotFound: none of these.
     """
     group = slot.group
-    if not slot.offsets and group.state == GroupState.EMPTY and group.protocol_type is None:
+    if slot.consumer is not None or slot.offsets:
+        return
+    if group.state == GroupState.EMPTY and group.protocol_type is None:
         raise GroupNotFound(group_id)

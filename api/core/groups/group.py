@@ -333,6 +333,14 @@ class Group:
         if self.members:
             self._prepare_rebalance()
 
+    def hand_over(self) -> None:
+        """Its members moved into a consumer group (KIP-848's upgrade): it is left empty, its
+        generation kept."""
+        self.members.clear()
+        self._instances.clear()
+        self.state, self.protocol, self.leader_id = GroupState.EMPTY, None, None
+        self.rebalance_deadline_s = None
+
     def mark_dead(self) -> None:
         self.state = GroupState.DEAD
         self.members.clear()

@@ -28,7 +28,7 @@ class Api:
 
 
 async def api_versions(connection: Connection, request, version: int) -> dict:
-    levels = {TRANSACTION_VERSION: connection.settings.kafka_transaction_version}
+    levels = {TRANSACTION_VERSION: connection.settings.kafka_transaction_version, GROUP_VERSION: 1}
     return _versions(ErrorCode.none, levels)
 
 
@@ -65,7 +65,8 @@ def _versions(code: ErrorCode, levels: dict[str, int]) -> dict:
 # supported level. Clients choose protocols by the finalized levels (the node's settings):
 # transaction.version 2 is KIP-890's second transaction protocol.
 TRANSACTION_VERSION = "transaction.version"
-FEATURES = {TRANSACTION_VERSION: (0, 2)}
+GROUP_VERSION = "group.version"  # 1: KIP-848's consumer group protocol
+FEATURES = {TRANSACTION_VERSION: (0, 2), GROUP_VERSION: (0, 1)}
 # The features never change while a node runs: one epoch (Kafka's is a metadata offset).
 FINALIZED_FEATURES_EPOCH = 1
 
@@ -77,7 +78,6 @@ def _table() -> dict[int, Api]:
         cluster,
         configs,
         fetch,
-        groups,
         offsets,
         produce,
         quotas,
@@ -93,15 +93,6 @@ def _table() -> dict[int, Api]:
         Api(1, "Fetch", 4, 12, fetch.fetch),
         Api(2, "ListOffsets", 1, 10, offsets.list_offsets),
         Api(3, "Metadata", 0, 12, cluster.metadata),
-        Api(8, "OffsetCommit", 2, 8, groups.offset_commit),
-        Api(9, "OffsetFetch", 1, 7, groups.offset_fetch),
-        Api(10, "FindCoordinator", 0, 4, groups.find_coordinator),
-        Api(11, "JoinGroup", 0, 9, groups.join_group),
-        Api(12, "Heartbeat", 0, 4, groups.heartbeat),
-        Api(13, "LeaveGroup", 0, 5, groups.leave_group),
-        Api(14, "SyncGroup", 0, 5, groups.sync_group),
-        Api(15, "DescribeGroups", 0, 5, groups.describe_groups),
-        Api(16, "ListGroups", 0, 5, groups.list_groups),
         Api(17, "SaslHandshake", 1, 1, sasl.sasl_handshake),
         Api(18, "ApiVersions", 0, 4, api_versions),
         Api(19, "CreateTopics", 2, 7, admin.create_topics),
@@ -120,12 +111,10 @@ def _table() -> dict[int, Api]:
         Api(35, "DescribeLogDirs", 1, 4, replicas.describe_log_dirs),
         Api(36, "SaslAuthenticate", 0, 2, sasl.sasl_authenticate),
         Api(37, "CreatePartitions", 0, 3, admin.create_partitions),
-        Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
         Api(43, "ElectLeaders", 0, 2, replicas.elect_leaders),
         Api(44, "IncrementalAlterConfigs", 0, 1, configs.incremental_alter_configs),
         Api(45, "AlterPartitionReassignments", 0, 0, replicas.alter_partition_reassignments),
         Api(46, "ListPartitionReassignments", 0, 0, replicas.list_partition_reassignments),
-        Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
         Api(48, "DescribeClientQuotas", 0, 1, quotas.describe_client_quotas),
         Api(49, "AlterClientQuotas", 0, 1, quotas.alter_client_quotas),
         Api(50, "DescribeUserScramCredentials", 0, 0, sasl.describe_user_scram_credentials),
@@ -136,8 +125,29 @@ def _table() -> dict[int, Api]:
         Api(66, "ListTransactions", 0, 1, transaction_admin.list_transactions),
         Api(71, "GetTelemetrySubscriptions", 0, 0, telemetry.get_telemetry_subscriptions),
         Api(75, "DescribeTopicPartitions", 0, 0, cluster.describe_topic_partitions),
+        *_group_apis(),
     ]
-    return {api.key: api for api in apis}
+    return {api.key: api for api in sorted(apis, key=lambda api: api.key)}
+
+
+def _group_apis() -> list[Api]:
+    from api.kafka.handlers import consumer_groups, groups
+
+    return [
+        Api(8, "OffsetCommit", 2, 9, groups.offset_commit),
+        Api(9, "OffsetFetch", 1, 9, groups.offset_fetch),
+        Api(10, "FindCoordinator", 0, 4, groups.find_coordinator),
+        Api(11, "JoinGroup", 0, 9, groups.join_group),
+        Api(12, "Heartbeat", 0, 4, groups.heartbeat),
+        Api(13, "LeaveGroup", 0, 5, groups.leave_group),
+        Api(14, "SyncGroup", 0, 5, groups.sync_group),
+        Api(15, "DescribeGroups", 0, 5, groups.describe_groups),
+        Api(16, "ListGroups", 0, 5, groups.list_groups),
+        Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
+        Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
+        Api(68, "ConsumerGroupHeartbeat", 0, 1, consumer_groups.consumer_group_heartbeat),
+        Api(69, "ConsumerGroupDescribe", 0, 1, consumer_groups.consumer_group_describe),
+    ]
 
 
 APIS: dict[int, Api] = _table()

@@ -15,6 +15,7 @@ from storage_layout.errors import TopicExists, TopicNotFound
 from storage_layout.meta.catalog import TopicInfo
 
 NO_NODE = -1
+ZERO_UUID = uuid.UUID(int=0)
 
 
 async def metadata(connection: Connection, request, version: int) -> dict:
@@ -26,6 +27,7 @@ async def metadata(connection: Connection, request, version: int) -> dict:
         described = [_topic(connection, topic, request) for topic in visible]
     else:
         described = [await _named_topic(connection, name, request) for name in names]
+        described += await _topics_by_id(connection, _requested_ids(request), request)
     return {
         "throttle_time": 0,
         "brokers": brokers(connection),
@@ -39,7 +41,41 @@ def _requested_topics(request, version: int) -> list[str] | None:
     """None for every topic: a null list, or (v0 only) an empty one."""
     if request.topics is None or (version == 0 and not request.topics):
         return None
-    return [topic.name for topic in request.topics if topic.name is not None]
+    return [topic.name for topic in request.topics if topic.name]
+
+
+def _requested_ids(request) -> list[uuid.UUID]:
+    """Topics asked for by id alone (v10+): Kafka 4's consumer learns its KIP-848 assignment
+    by topic id and asks Metadata for the names."""
+    return [
+        topic.topic_id
+        for topic in request.topics
+        if not topic.name and getattr(topic, "topic_id", None) not in (None, ZERO_UUID)
+    ]
+
+
+async def _topics_by_id(connection: Connection, ids: list[uuid.UUID], request) -> list[dict]:
+    if not ids:
+        return []
+    by_id = {topic_uuid(t): t for t in await connection.broker.topics.list_all()}
+    described = []
+    for topic_id in ids:
+        topic = by_id.get(topic_id)
+        if topic is None or not connection.permits("DESCRIBE", "topic", topic.name):
+            described.append(_unknown_id(topic_id))
+        else:
+            described.append(_topic(connection, topic, request))
+    return described
+
+
+def _unknown_id(topic_id: uuid.UUID) -> dict:
+    """As Kafka: an id the principal may not see is as unknown as one that does not exist."""
+    return {
+        "error_code": ErrorCode.unknown_topic_id,
+        "name": None,
+        "topic_id": topic_id,
+        "partitions": [],
+    }
 
 
 async def _named_topic(connection: Connection, name: str, request) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from api.core.groups.consumer_protocol import BadConsumerProtocol, decode_subscription
-from api.core.groups.errors import GroupNotFound
+from api.core.groups.errors import GroupNotFound, UnsupportedGroupVersion
 from api.core.groups.group import JoinRequest, Subscription
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
@@ -19,7 +19,6 @@ from storage_layout.records import TopicPartition
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 NO_GENERATION = -1
-CLASSIC = "classic"  # Kafka's group type of JoinGroup/SyncGroup groups (ListGroups v5)
 
 
 # ---- FindCoordinator ---------------------------------------------------------------------------
@@ -214,6 +213,8 @@ async def offset_commit(connection: Connection, request, version: int) -> dict:
     try:
         connection.check("READ", "group", request.group_id)
         await _check_topics(connection, commits)
+        if member_id and version < 9:
+            await _check_member_epochs(connection, request.group_id, member_id)
         if commits:
             await connection.broker.groups.commit(
                 request.group_id, commits, member_id=member_id, generation=generation
@@ -232,6 +233,14 @@ async def offset_commit(connection: Connection, request, version: int) -> dict:
     return {"throttle_time": 0, "topics": topics}
 
 
+async def _check_member_epochs(connection: Connection, group_id: str, member_id: str) -> None:
+    """Consumer protocol members (KIP-848) commit with their epochs: OffsetCommit v9+."""
+    if await connection.broker.groups.uses_member_epochs(group_id, member_id):
+        raise UnsupportedGroupVersion(
+            f"Member {member_id} of consumer group '{group_id}' commits with OffsetCommit v9+."
+        )
+
+
 async def _check_topics(connection: Connection, commits: list[OffsetCommit]) -> None:
     for name in {commit.topic for commit in commits}:
         connection.check("READ", "topic", name)
@@ -242,40 +251,70 @@ async def _check_topics(connection: Connection, commits: list[OffsetCommit]) -> 
 
 
 async def offset_fetch(connection: Connection, request, version: int) -> dict:
+    """OffsetFetch: one group up to v7, several from v8 (Kafka's batched form), where v9
+    names the fetching member of a KIP-848 group and its epoch."""
+    stable = getattr(request, "require_stable", False)
+    if version < 8:
+        fetched = await _fetch_group(connection, request.group_id, request.topics, stable)
+        return {"throttle_time": 0, **fetched}
+    groups = [
+        await _fetch_group(
+            connection,
+            group.group_id,
+            group.topics,
+            stable,
+            member=(getattr(group, "member_id", None), getattr(group, "member_epoch", -1)),
+        )
+        for group in request.groups
+    ]
+    return {"throttle_time": 0, "groups": groups}
+
+
+async def _fetch_group(
+    connection: Connection, group_id: str, wanted_topics, stable: bool, member=(None, -1)
+) -> dict:
+    groups = connection.broker.groups
     try:
-        connection.check("DESCRIBE", "group", request.group_id)
-        stored = await connection.broker.groups.committed(request.group_id)
+        connection.check("DESCRIBE", "group", group_id)
+        member_id, member_epoch = member
+        if member_id:
+            await groups.check_member_epoch(group_id, member_id, member_epoch)
+        stored = await groups.committed(group_id)
     except Exception as error:
-        return {"throttle_time": 0, "topics": [], "error_code": error_code(error)}
-    if request.topics is None:
+        return {"group_id": group_id, "topics": [], "error_code": error_code(error)}
+    if wanted_topics is None:
         wanted: dict[str, list[int]] = {}
         for tp in sorted(stored):
             wanted.setdefault(tp.topic, []).append(tp.partition)
     else:
-        wanted = {t.name: list(t.partition_indexes) for t in request.topics}
-    unstable = set()
-    if getattr(request, "require_stable", False):  # KIP-447: not while a transaction may move it
-        unstable = connection.broker.groups.unstable_partitions(request.group_id)
-    topics = []
-    for name, partitions in wanted.items():
-        if not connection.permits("DESCRIBE", "topic", name):
-            continue  # as Kafka: offsets of topics the principal may not see are left out
-        entries = []
-        for index in partitions:
-            committed = stored.get(TopicPartition(name, index))
-            code = ErrorCode.none
-            if TopicPartition(name, index) in unstable:
-                code = ErrorCode.unstable_offset_commit
-            entries.append(
-                {
-                    "partition_index": index,
-                    "committed_offset": -1 if committed is None else committed.offset,
-                    "metadata": None if committed is None else committed.metadata,
-                    "error_code": code,
-                }
-            )
-        topics.append({"name": name, "partitions": entries})
-    return {"throttle_time": 0, "topics": topics, "error_code": ErrorCode.none}
+        wanted = {t.name: list(t.partition_indexes) for t in wanted_topics}
+    # KIP-447: not while a transaction may move it
+    unstable = groups.unstable_partitions(group_id) if stable else set()
+    topics = [
+        {"name": name, "partitions": _fetched(name, partitions, stored, unstable)}
+        for name, partitions in wanted.items()
+        # as Kafka: offsets of topics the principal may not see are left out
+        if connection.permits("DESCRIBE", "topic", name)
+    ]
+    return {"group_id": group_id, "topics": topics, "error_code": ErrorCode.none}
+
+
+def _fetched(name: str, partitions: list[int], stored: dict, unstable: set) -> list[dict]:
+    entries = []
+    for index in partitions:
+        committed = stored.get(TopicPartition(name, index))
+        code = ErrorCode.none
+        if TopicPartition(name, index) in unstable:
+            code = ErrorCode.unstable_offset_commit
+        entries.append(
+            {
+                "partition_index": index,
+                "committed_offset": -1 if committed is None else committed.offset,
+                "metadata": None if committed is None else committed.metadata,
+                "error_code": code,
+            }
+        )
+    return entries
 
 
 # ---- admin ---------------------------------------------------------------------------------
@@ -285,8 +324,6 @@ async def list_groups(connection: Connection, request, version: int) -> dict:
     groups = connection.broker.groups
     wanted_states = {s.lower() for s in getattr(request, "states_filter", ())}
     wanted_types = {t.lower() for t in getattr(request, "types_filter", ())}
-    if wanted_types and CLASSIC not in wanted_types:
-        return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": []}
     listed = []
     for group_id in sorted(set(await groups.stored_groups()) | set(groups.local_groups())):
         if groups.coordinator_of(group_id) != groups.node_id:
@@ -294,19 +331,20 @@ async def list_groups(connection: Connection, request, version: int) -> dict:
         if not connection.permits("DESCRIBE", "group", group_id):
             continue
         try:
-            await groups.describe(group_id)  # GroupNotFound: no members, no offsets (deleted)
-            group = await groups.group(group_id)
+            # GroupNotFound: no members, no offsets (deleted)
+            description = await groups.describe(group_id)
         except Exception:
             continue
-        state = group.state.value
-        if wanted_states and state.lower() not in wanted_states:
+        if wanted_states and description.state.lower() not in wanted_states:
+            continue
+        if wanted_types and description.group_type not in wanted_types:
             continue
         listed.append(
             {
                 "group_id": group_id,
-                "protocol_type": group.protocol_type or "consumer",
-                "group_state": state,
-                "group_type": CLASSIC,  # v5 (KIP-848): every group here is a classic group
+                "protocol_type": description.protocol_type or "consumer",
+                "group_state": description.state,
+                "group_type": description.group_type,  # v5 (KIP-848): classic or consumer
             }
         )
     return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": listed}
@@ -322,7 +360,6 @@ async def _describe(connection: Connection, group_id: str) -> dict:
     try:
         connection.check("DESCRIBE", "group", group_id)
         description = await groups.describe(group_id)
-        group = await groups.group(group_id)
     except GroupNotFound:
         return _dead(group_id, ErrorCode.none)
     except Exception as error:
@@ -342,7 +379,7 @@ async def _describe(connection: Connection, group_id: str) -> dict:
         "error_code": ErrorCode.none,
         "group_id": group_id,
         "group_state": description.state,
-        "protocol_type": group.protocol_type or ("consumer" if members else ""),
+        "protocol_type": description.protocol_type or "",
         "protocol_data": description.protocol or "",
         "members": members,
     }
