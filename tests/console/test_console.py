@@ -168,7 +168,7 @@ def test_groups_pages_show_state_lag_per_partition_and_lag_over_time(shop, page,
     gateway, client = shop
     open_console(page, gateway.url, "/groups", rows_ready("#groups"))
     (row,) = [r for r in page.rows("#groups") if r[0] == "billing"]
-    assert row[1] == "STABLE" and row[4:] == ["8", "5"]  # lags 3, 0 and 5
+    assert row[1:3] == ["STABLE", "classic"] and row[5:] == ["8", "5"]  # lags 3, 0 and 5
 
     open_console(page, gateway.url, "/groups/billing", rows_ready("#lags", 3))
     lags = sorted(page.rows("#lags"), key=lambda r: r[1])
@@ -178,6 +178,7 @@ def test_groups_pages_show_state_lag_per_partition_and_lag_over_time(shop, page,
         ["2", "1", "6", "5"],
     ]
     assert page.text("#total-lag") == "8"
+    assert page.text("#group-type") == "classic"
     (member,) = page.rows("#members")
     assert member[3].split() == ["orders-0", "orders-1", "orders-2"]
     # the chart: a total line with the coordinator's samples; more arrive while it is open

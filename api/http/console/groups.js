@@ -17,6 +17,11 @@ async function lagSummary(groupPath) {
   }
 }
 
+// Kafka's group protocols: "classic" (JoinGroup/SyncGroup) or "consumer" (KIP-848).
+function groupType(group) {
+  return (group.type || "CLASSIC").toLowerCase();
+}
+
 export async function groupsPage(main) {
   const base = await v3();
   const groups = (await getJson(`${base}/consumer-groups`)).data;
@@ -25,6 +30,7 @@ export async function groupsPage(main) {
   const rows = groups.map((g, i) => [
     link(`#/groups/${encodeURIComponent(g.consumer_group_id)}`, g.consumer_group_id),
     h("span", { class: `state-${g.state}` }, g.state),
+    groupType(g),
     g.partition_assignor || "–",
     `node ${g.coordinator.related.split("/").pop()}`,
     formatCount(summaries[i]?.total_lag ?? null),
@@ -32,7 +38,7 @@ export async function groupsPage(main) {
   ]);
   main.replaceChildren(
     h("h1", {}, "Consumer groups"),
-    table(["Group", "State", "Assignor", "Coordinator", "Total lag #", "Max lag #"], rows,
+    table(["Group", "State", "Protocol", "Assignor", "Coordinator", "Total lag #", "Max lag #"], rows,
       { id: "groups" }),
   );
 }
@@ -92,6 +98,7 @@ function renderGroup(main, group, data) {
     h("h1", {}, "Consumer group ", h("span", { id: "group-name" }, group)),
     h("div", { class: "cards" },
       card("state", h("span", { class: `state-${summary.state}`, id: "group-state" }, summary.state)),
+      card("protocol", h("span", { id: "group-type" }, groupType(summary))),
       card("members", formatCount(consumers.length)),
       card("total lag", h("span", { id: "total-lag" }, formatCount(totalLag))),
       card("coordinator", `node ${summary.coordinator.related.split("/").pop()}`),

@@ -100,6 +100,7 @@ def group_summary(description: GroupDescription) -> dict:
     return {
         "group_id": description.group_id,
         "state": description.state,  # GroupState's value, e.g. "Stable"
+        "type": description.group_type,  # "classic" or "consumer" (KIP-848)
         "protocol": description.protocol,
         "members": len(description.members),
         "coordinator": description.coordinator_id,

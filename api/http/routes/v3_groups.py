@@ -24,6 +24,7 @@ Choices where Confluent is silent or odd:
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -31,7 +32,7 @@ from fastapi import APIRouter, Query, Request
 
 from api.core.broker import Broker
 from api.core.group_lag import PartitionLag, group_lags
-from api.core.groups.coordinator import GroupDescription
+from api.core.groups.coordinator import CLASSIC, GroupDescription
 from api.core.groups.group import GroupState, MemberView
 from api.core.lag_history import LagHistory, LagSample
 from api.http import access
@@ -44,7 +45,6 @@ from storage_layout.records import TopicPartition
 
 router = APIRouter(prefix="/v3/clusters/{cluster_id}/consumer-groups", tags=["v3 consumer groups"])
 
-GROUP_TYPE = "CLASSIC"  # Kafka's classic group protocol (join/sync/heartbeat)
 NODE_LIST_TIMEOUT_MS = 5_000  # a live node slower than this is skipped by the group list
 
 
@@ -97,35 +97,8 @@ async def list_consumers(cluster_id: str, group: str, request: Request, broker: 
     return list_body("KafkaConsumerList", f"{links.group(group)}/consumers", data)
 
 
-@router.get("/{group}/consumers/{consumer_id}", summary="Consumer", response_model=None)
-@served_by_coordinator
-async def get_consumer(
-    cluster_id: str, group: str, consumer_id: str, request: Request, broker: BrokerDep
-):
-    check_cluster(cluster_id, broker.settings)
-    member = _member(await broker.groups.describe(group), consumer_id)
-    return _consumer_data(_links(request, broker, cluster_id), group, member)
-
-
 @router.get(
-    "/{group}/consumers/{consumer_id}/assignments",
-    summary="Partitions assigned to a consumer",
-    response_model=None,
-)
-@served_by_coordinator
-async def list_assignments(
-    cluster_id: str, group: str, consumer_id: str, request: Request, broker: BrokerDep
-):
-    check_cluster(cluster_id, broker.settings)
-    member = _member(await broker.groups.describe(group), consumer_id)
-    links = _links(request, broker, cluster_id)
-    data = [_assignment_data(links, group, consumer_id, tp) for tp in sorted(member.assignment)]
-    self_url = f"{links.group(group)}/consumers/{consumer_id}/assignments"
-    return list_body("KafkaConsumerAssignmentList", self_url, data)
-
-
-@router.get(
-    "/{group}/consumers/{consumer_id}/assignments/{topic}/partitions/{partition}",
+    "/{group}/consumers/{consumer_id:path}/assignments/{topic}/partitions/{partition}",
     summary="One assigned partition",
     response_model=None,
 )
@@ -145,6 +118,33 @@ async def get_assignment(
     if tp not in member.assignment:
         raise ApiError(404, 404, f"Consumer '{consumer_id}' is not assigned {topic}-{partition}.")
     return _assignment_data(_links(request, broker, cluster_id), group, consumer_id, tp)
+
+
+@router.get(
+    "/{group}/consumers/{consumer_id:path}/assignments",
+    summary="Partitions assigned to a consumer",
+    response_model=None,
+)
+@served_by_coordinator
+async def list_assignments(
+    cluster_id: str, group: str, consumer_id: str, request: Request, broker: BrokerDep
+):
+    check_cluster(cluster_id, broker.settings)
+    member = _member(await broker.groups.describe(group), consumer_id)
+    links = _links(request, broker, cluster_id)
+    data = [_assignment_data(links, group, consumer_id, tp) for tp in sorted(member.assignment)]
+    self_url = f"{links.group(group)}/consumers/{consumer_id}/assignments"
+    return list_body("KafkaConsumerAssignmentList", self_url, data)
+
+
+@router.get("/{group}/consumers/{consumer_id:path}", summary="Consumer", response_model=None)
+@served_by_coordinator
+async def get_consumer(
+    cluster_id: str, group: str, consumer_id: str, request: Request, broker: BrokerDep
+):
+    check_cluster(cluster_id, broker.settings)
+    member = _member(await broker.groups.describe(group), consumer_id)
+    return _consumer_data(_links(request, broker, cluster_id), group, member)
 
 
 @router.get("/{group}/lags", summary="Lag per committed partition", response_model=None)
@@ -260,6 +260,7 @@ def _stored_only(group_id: str, coordinator: int) -> dict:
     return {
         "group_id": group_id,
         "state": GroupState.EMPTY.value,
+        "type": CLASSIC,
         "protocol": None,
         "members": 0,
         "coordinator": coordinator,
@@ -285,6 +286,12 @@ def _member(description: GroupDescription, consumer_id: str) -> MemberView:
     )
 
 
+def v3_state(state: str) -> str:
+    """Kafka's state name as Confluent's v3 spells it: "PreparingRebalance" is
+    PREPARING_REBALANCE; a consumer group's "Reconciling" is RECONCILING."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", state).upper()
+
+
 def _group_data(links: Links, summary: dict) -> dict:
     group_id = summary["group_id"]
     self_url = links.group(group_id)
@@ -295,8 +302,8 @@ def _group_data(links: Links, summary: dict) -> dict:
         "consumer_group_id": group_id,
         "is_simple": summary["members"] == 0,
         "partition_assignor": summary["protocol"] or "",
-        "state": GroupState(summary["state"]).name,
-        "type": GROUP_TYPE,
+        "state": v3_state(summary["state"]),
+        "type": summary.get("type", CLASSIC).upper(),  # CLASSIC or CONSUMER (KIP-848)
         "is_mixed_consumer_group": False,
         "coordinator": {"related": f"{links.base}/brokers/{summary['coordinator']}"},
         "consumers": {"related": f"{self_url}/consumers"},
