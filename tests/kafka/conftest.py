@@ -11,6 +11,8 @@ import httpx
 import pytest
 
 from tests import apache_kafka
+from tests.gateway_process import start_gateway
+from tests.security.helpers import AUTH_ENV, make_keys
 
 JAVA_SOURCES = Path(__file__).resolve().parent.parent / "java"
 
@@ -58,6 +60,17 @@ def _java_scenarios(main_class: str, java_classes: Path):
         return json.loads(done.stdout.splitlines()[-1])
 
     return run
+
+
+@pytest.fixture(scope="session")
+def acl_node(tmp_path_factory):
+    """A node with API keys and Kafka's ACLs: (gateway, {principal: token}) for the super user
+    `admin` and the ordinary users `dave` and `erin`."""
+    data_dir = tmp_path_factory.mktemp("acl-node") / "data"
+    tokens = make_keys(data_dir, "admin", "dave", "erin")
+    gateway = start_gateway(data_dir, env=AUTH_ENV, kafka=True)
+    yield gateway, tokens
+    gateway.stop()
 
 
 @pytest.fixture(scope="session")

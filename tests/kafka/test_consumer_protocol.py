@@ -18,6 +18,7 @@ from api.kafka.messages import response_class
 from tests.kafka.test_clients import create, produce_all
 from tests.kafka.test_hostile_frames import connect, read_answer, request_frame
 from tests.kafka.test_kafka_tools import rows, run
+from tests.security.helpers import PROPAGATION_S, add_acl, basic, create_topic, produce
 
 pytestmark = pytest.mark.gateway
 
@@ -298,3 +299,48 @@ def test_librdkafka_regex_subscription(bootstrap, topic_name):
     finally:
         consumer.close()
     assert sorted(values) == [b"a"] * 10 + [b"b"] * 10
+
+
+def test_a_regular_expression_matches_only_topics_the_member_may_see(acl_node, topic_name):
+    """Kafka resolves a member's expression with its own authorization: erin may read
+    `<name>-open`, not `<name>-closed`, so only the first is assigned to her."""
+    gateway, tokens = acl_node
+    with basic(gateway.url, tokens["admin"]) as admin:
+        for suffix in ("open", "closed"):
+            create_topic(admin, f"{topic_name}-{suffix}", partitions=2)
+            produce(admin, f"{topic_name}-{suffix}", [suffix.encode()] * 5)
+        add_acl(admin, "User:erin", "READ", f"{topic_name}-open")
+        add_acl(admin, "User:erin", "READ", f"g-{topic_name}", resource_type="GROUP")
+    time.sleep(PROPAGATION_S)
+    key_id, secret = tokens["erin"].split(".", 1)
+    sasl = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": key_id,
+        "sasl.password": secret,
+    }
+    consumer = consumer848(gateway.kafka_address, f"g-{topic_name}", **sasl)
+    consumer.subscribe([f"^{topic_name}-.*"])
+    values = []
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while len(values) < 5 and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+        with basic(gateway.url, tokens["admin"]) as admin:  # what the coordinator assigned
+            assigned = assignments(admin, f"g-{topic_name}")
+    finally:
+        consumer.close()
+    assert values == [b"open"] * 5
+    assert assigned == [f"{topic_name}-open-0", f"{topic_name}-open-1"]
+
+
+def assignments(http, group: str) -> list[str]:
+    """Every member's assigned partitions, as the v3 API shows them."""
+    base = f"/v3/clusters/lakelog/consumer-groups/{group}/consumers"
+    found = []
+    for consumer in http.get(base).json()["data"]:
+        listed = http.get(f"{base}/{consumer['consumer_id']}/assignments").json()["data"]
+        found += [f"{a['topic_name']}-{a['partition_id']}" for a in listed]
+    return sorted(found)

@@ -12,7 +12,6 @@ import pytest
 
 from storage_layout.partitioner import partition_for_key
 from tests.gateway_process import start_gateway
-from tests.security.helpers import AUTH_ENV, make_keys
 
 pytestmark = pytest.mark.gateway
 
@@ -160,15 +159,6 @@ def test_admin_consumer_groups(java_clients, bootstrap, topic_name):
     assert seen["describe_missing"] == "Dead"
 
 
-@pytest.fixture(scope="module")
-def secured_node(tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("java-acls") / "data"
-    tokens = make_keys(data_dir, "admin", "dave")
-    gateway = start_gateway(data_dir, env=AUTH_ENV, kafka=True)
-    yield gateway, tokens
-    gateway.stop()
-
-
 def plain_login(token: str) -> dict:
     key_id, secret = token.split(".", 1)
     module = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -179,8 +169,8 @@ def plain_login(token: str) -> dict:
     }
 
 
-def test_admin_acls_on_a_secured_node(java_clients, secured_node, topic_name):
-    gateway, tokens = secured_node
+def test_admin_acls_on_a_secured_node(java_clients, acl_node, topic_name):
+    gateway, tokens = acl_node
     seen = java_clients("acls", gateway.kafka_address, topic_name, **plain_login(tokens["admin"]))
     assert seen == {
         "create": True,

@@ -76,6 +76,9 @@ class Heartbeat:
     topic_regex: str | None = None
     assignor: str | None = None
     owned: Partitions | None = None
+    # Which topics the member's principal may see: what its regular expression may match
+    # (Kafka resolves it with the member's authorization). None: every topic.
+    topic_filter: Callable[[str], bool] | None = None
 
     @property
     def full(self) -> bool:
@@ -131,6 +134,7 @@ class ConsumerMember:
     # and the protocol name it is answered with. None for a consumer protocol member.
     classic_session_timeout_ms: int | None = None
     classic_protocol: str | None = None
+    topic_filter: Callable[[str], bool] | None = None  # see Heartbeat.topic_filter
 
     @property
     def classic(self) -> bool:
@@ -144,9 +148,13 @@ class ConsumerMember:
         if self.topic_regex is None:
             return self.topic_names & all_topics
         pattern = re.compile(self.topic_regex)
-        matched = {t for t in all_topics if pattern.fullmatch(t)}
-        public = {t for t in matched if not t.startswith(INTERNAL_TOPIC_PREFIX)}
-        return frozenset(public) | (self.topic_names & all_topics)
+        visible = self.topic_filter or _every_topic
+        matched = {
+            t
+            for t in all_topics
+            if pattern.fullmatch(t) and not t.startswith(INTERNAL_TOPIC_PREFIX) and visible(t)
+        }
+        return frozenset(matched) | (self.topic_names & all_topics)
 
 
 @dataclass(slots=True)
@@ -421,6 +429,7 @@ class ConsumerGroup:
         """Take what the heartbeat changes; True when the target must be computed again."""
         member.last_seen_s = self.clock()
         member.client_id, member.client_host = beat.client_id, beat.client_host
+        member.topic_filter = beat.topic_filter
         if beat.rebalance_timeout_ms >= 0:
             member.rebalance_timeout_ms = beat.rebalance_timeout_ms
         if beat.rack_id is not None:
@@ -503,6 +512,10 @@ class ConsumerGroup:
         return frozenset().union(
             *(m.holds() for m in self.members.values() if m.member_id != member_id)
         )
+
+
+def _every_topic(topic: str) -> bool:
+    return True
 
 
 def _rank(assignor: str) -> int:

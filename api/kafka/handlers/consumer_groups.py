@@ -73,6 +73,7 @@ def _heartbeat(connection: Connection, request, version: int, names: dict) -> He
         topic_regex=getattr(request, "subscribed_topic_regex", None),
         assignor=request.server_assignor,
         owned=owned,
+        topic_filter=lambda topic: connection.permits("DESCRIBE", "topic", topic),
     )
 
 
