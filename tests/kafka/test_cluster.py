@@ -13,11 +13,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.serial import entity_reader
 
 from api.core.cluster import preferred_node
+from api.core.groups.coordinator import COORDINATOR_TOPIC, coordinator_slot
 from api.kafka.fetch_batches import encode_records
 from api.kafka.messages import response_class
 from tests.gateway_process import start_gateway
 from tests.integration.test_cluster import CLUSTER_ENV, stop_nodes
 from tests.kafka.test_clients import consume, produce_all
+from tests.kafka.test_consumer_protocol import consumer848
 from tests.kafka.test_hostile_frames import PRODUCE, _records, connect, read_answer, request_frame
 
 pytestmark = pytest.mark.gateway
@@ -212,3 +214,50 @@ def test_a_transaction_across_both_nodes_commits_its_markers_and_offsets(two_nod
         consumer = Consumer({"bootstrap.servers": second.kafka_address, "group.id": group})
         assert consumer.committed([TopicPartition(name, 0)], 30)[0].offset == 7
         consumer.close()
+
+
+def test_a_kip848_member_rejoins_when_its_coordinator_is_killed(two_nodes, topic_name):
+    """Membership lives in the coordinator's memory: after its node dies the member is
+    unknown to the new coordinator, joins again (UNKNOWN_MEMBER_ID, not a fatal error) and
+    goes on from the committed offsets."""
+    coordinator, survivor = two_nodes
+    survivor_address = survivor.kafka_address
+    admin = AdminClient({"bootstrap.servers": survivor_address})
+    wait_for_both(admin)
+    topic_name = spread_name(topic_name)
+    admin.create_topics([NewTopic(topic_name, 2, 1)])[topic_name].result(30)
+    group = next(
+        f"g{n}-{topic_name}" for n in range(100) if coordinator_of(f"g{n}-{topic_name}") == 0
+    )
+    produce_all(survivor_address, topic_name, [{"value": b"before"}] * 20)
+    consumer = consumer848(survivor_address, group, **{"enable.auto.commit": True})
+    consumer.subscribe([topic_name])
+    try:
+        values = poll_values(consumer, 20)
+        consumer.commit(asynchronous=False)
+        coordinator.process.kill()  # node 0, the group's coordinator: no clean handover
+        coordinator.process.wait()
+        produce_all(
+            survivor_address,
+            topic_name,
+            [{"value": b"after"}] * 20,
+            **{"message.timeout.ms": 60000},
+        )
+        values += poll_values(consumer, 20)
+    finally:
+        consumer.close()
+    assert sorted(values) == [b"after"] * 20 + [b"before"] * 20
+
+
+def coordinator_of(group: str) -> int:
+    return preferred_node([0, 1], COORDINATOR_TOPIC, coordinator_slot(group))
+
+
+def poll_values(consumer, count: int, timeout_s: float = 90) -> list[bytes]:
+    values = []
+    deadline = time.monotonic() + timeout_s
+    while len(values) < count and time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+    return values

@@ -182,6 +182,12 @@ def test_bad_heartbeats_are_refused_as_apache_kafka_refuses_them(
     create(apache_kafka_broker.bootstrap, topic_name, partitions=2)
     ours = refusals(bootstrap, topic_name)
     kafkas = refusals(apache_kafka_broker.bootstrap, topic_name)
+    # One deliberate difference: a member with an epoch heartbeating to a group the node does
+    # not know. Kafka keeps groups in its log and answers GROUP_ID_NOT_FOUND (fatal to the
+    # clients); lakelog's coordinator keeps members in memory, so after a failover that
+    # member is one it lost: UNKNOWN_MEMBER_ID, and the client joins again.
+    assert kafkas.pop("unknown group")[0] == "group_id_not_found"
+    assert ours.pop("unknown group")[0] == "unknown_member_id"
     assert ours == kafkas
     assert ours["join"] == ("none", 1) and ours["epoch ahead"][0] == "fenced_member_epoch"
     assert ours["bad assignor"][0] == "unsupported_assignor"

@@ -404,7 +404,13 @@ class GroupCoordinator:
                 f"move to one now (the group must be Stable, its members Kafka consumers).",
             )
         if not joining:
-            raise GroupNotFound(group_id, f"Consumer group '{group_id}' has no such member.")
+            # Kafka answers GROUP_ID_NOT_FOUND, which clients take as fatal; here membership
+            # lives in the coordinator's memory, so a member with an epoch may well have been
+            # in the group before a failover or restart: it is unknown, and joins again.
+            raise UnknownMemberId(
+                f"Consumer group '{group_id}' has no such member here (a new "
+                f"coordinator, or the group is gone): join again with epoch 0."
+            )
         slot.consumer = ConsumerGroup(group_id, self._clock, self._consumer_session_timeout_ms)
         # Epochs continue above the generations committed with, as a classic group's do.
         slot.consumer.epoch = slot.consumer.assignment_epoch = group.generation
