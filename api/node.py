@@ -236,7 +236,7 @@ class Node:
             node_id=cluster.node_id,
             live_nodes=cluster.live_nodes,
             node_url=cluster.url,
-            topics=topics.partition_counts,
+            topics=topics.recent_partition_counts,
             blocking=self.blocking,
             pending_transactions=pending_transactions,
             consumer_session_timeout_ms=self.settings.group_consumer_session_timeout_ms,

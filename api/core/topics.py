@@ -79,8 +79,17 @@ class Topics:
         await self.refresh()
         return sorted(self._topics.values(), key=lambda topic: topic.name)
 
-    async def partition_counts(self) -> dict[str, int]:
-        return {topic.name: topic.partitions for topic in await self.list_all()}
+    async def recent(self) -> list[TopicInfo]:
+        """Every topic, from the cache unless it is older than `refresh_ms` (what `get`
+        tolerates): for frequent callers, such as group heartbeats, which must not read the
+        catalog each time (that queued them behind commits on a busy node)."""
+        now = self._clock()
+        if now - self._loaded_at > self._refresh_s:
+            await self._read_since(now - self._refresh_s)
+        return sorted(self._topics.values(), key=lambda topic: topic.name)
+
+    async def recent_partition_counts(self) -> dict[str, int]:
+        return {topic.name: topic.partitions for topic in await self.recent()}
 
     async def get(self, name: str) -> TopicInfo:
         """The topic from the cache; a miss or an old cache re-reads the catalog (other nodes

@@ -84,7 +84,7 @@ def _check_topics(connection: Connection, beat: Heartbeat) -> None:
 
 
 async def _names_by_id(connection: Connection) -> dict[uuid.UUID, str]:
-    return {topic_uuid(t): t.name for t in await connection.broker.topics.list_all()}
+    return {topic_uuid(t): t.name for t in await connection.broker.topics.recent()}
 
 
 def _assignment(partitions, ids: dict[str, uuid.UUID]) -> dict | None:
