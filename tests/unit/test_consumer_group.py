@@ -190,6 +190,23 @@ def test_commits_must_carry_the_members_current_epoch(group):
         group.check_member_epoch("b", 1)
 
 
+def test_a_commit_with_an_older_epoch_counts_for_partitions_held_since(group):
+    """KIP-1251: the member moved on by a heartbeat answered after its commit was sent."""
+    a = join(group, "a", topics=("payments",))
+    first_epoch = a.member_epoch
+    join(group, "b", topics=("orders",))
+    a2 = beat(group, a)  # a new group epoch: a keeps payments, gains nothing
+    assert a2.member_epoch > first_epoch
+    payments = [TopicPartition("payments", 0), TopicPartition("payments", 1)]
+    group.check_member_epoch("a", first_epoch, payments)
+    group.members["a"].assigned |= {TopicPartition("orders", 0)}  # as if just given
+    group.members["a"].assigned_at[TopicPartition("orders", 0)] = a2.member_epoch
+    with pytest.raises(StaleMemberEpoch):
+        group.check_member_epoch("a", first_epoch, [*payments, TopicPartition("orders", 0)])
+    with pytest.raises(StaleMemberEpoch):
+        group.check_member_epoch("a", first_epoch)  # a fetch names no partitions
+
+
 def test_the_group_uses_the_assignor_most_members_ask_for(group):
     join(group, "a", assignor="range")
     join(group, "b", assignor="range")

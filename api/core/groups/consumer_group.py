@@ -20,7 +20,7 @@ and gives it the partition counts of every topic. Times come from the injected c
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -130,6 +130,9 @@ class ConsumerMember:
     assigned: Partitions = frozenset()
     revoking: Partitions = frozenset()
     revoke_deadline_s: float | None = None
+    # The member epoch at which each partition it holds was given to it (KIP-1251: a commit
+    # with an older epoch is still the holder's for the partitions it has held since then).
+    assigned_at: dict[TopicPartition, int] = field(default_factory=dict)
     # A classic member (JoinGroup/SyncGroup/Heartbeat) in the group: its own session timeout
     # and the protocol name it is answered with. None for a consumer protocol member.
     classic_session_timeout_ms: int | None = None
@@ -223,9 +226,13 @@ class ConsumerGroup:
             self._remove(member_id)
         return bool(expired)
 
-    def check_member_epoch(self, member_id: str, epoch: int) -> None:
+    def check_member_epoch(
+        self, member_id: str, epoch: int, partitions: Iterable[TopicPartition] | None = None
+    ) -> None:
         """An offset commit or fetch of a member must carry its current epoch (a classic
-        member's generation is its epoch).
+        member's generation is its epoch), or, committing `partitions`, an older epoch from
+        which on the member has held every one of them (KIP-1251: a heartbeat answered after
+        the commit was sent moved the member on, and the commit is still its own).
 
         Raises:
             UnknownMemberId: no such member. StaleMemberEpoch: another epoch (a classic
@@ -239,7 +246,7 @@ class ConsumerGroup:
                 f"Generation {epoch} is not member {member_id}'s generation {member.epoch}: "
                 f"join again."
             )
-        if epoch != member.epoch:
+        if epoch != member.epoch and not _held_since(member, epoch, partitions):
             raise StaleMemberEpoch(
                 f"Member {member_id} is at epoch {member.epoch}, not {epoch}: heartbeat first."
             )
@@ -251,6 +258,7 @@ class ConsumerGroup:
         keeping what it consumes (the upgrade of a group whose first consumer protocol member
         joins: offsets, assignment and generation carry over)."""
         for member in members:
+            member.assigned_at = dict.fromkeys(member.assigned, member.epoch)
             self.members[member.member_id] = member
             self.target[member.member_id] = member.assigned
             if member.instance_id is not None:
@@ -414,6 +422,7 @@ class ConsumerGroup:
             # A known member joining afresh (it lost its state): it starts over, keeping
             # nothing it may still hold in its own view.
             member.assigned, member.revoking, member.epoch = frozenset(), frozenset(), JOIN_EPOCH
+            member.assigned_at = {}
             member.state = MemberState.STABLE
             self._bump()
             return
@@ -505,6 +514,9 @@ class ConsumerGroup:
             return
         member.previous_epoch, member.epoch = member.epoch, self.assignment_epoch
         member.assigned, member.revoking, member.revoke_deadline_s = kept | free, frozenset(), None
+        member.assigned_at = {
+            tp: member.assigned_at.get(tp, member.epoch) for tp in member.assigned
+        }
         unreleased = len(free) < len(wanted)
         member.state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
 
@@ -512,6 +524,17 @@ class ConsumerGroup:
         return frozenset().union(
             *(m.holds() for m in self.members.values() if m.member_id != member_id)
         )
+
+
+def _held_since(
+    member: ConsumerMember, epoch: int, partitions: Iterable[TopicPartition] | None
+) -> bool:
+    if partitions is None or epoch > member.epoch:
+        return False
+    held = member.holds()
+    return all(
+        tp in held and member.assigned_at.get(tp, member.epoch) <= epoch for tp in partitions
+    )
 
 
 def _every_topic(topic: str) -> bool:

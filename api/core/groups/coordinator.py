@@ -446,7 +446,8 @@ class GroupCoordinator:
         """
         _check_commits(commits)
         slot = await self._slot(group_id)
-        self._check_committer(slot, member_id, generation)
+        partitions = [TopicPartition(c.topic, c.partition) for c in commits]
+        self._check_committer(slot, member_id, generation, partitions)
         future = asyncio.get_running_loop().create_future()
         self._queue.append((group_id, _PendingCommit(commits, member_id, generation, future)))
         if self._committer is None or self._committer.done():
@@ -699,7 +700,13 @@ class GroupCoordinator:
 
     # ---- internals: offset commits ---------------------------------------------------------
 
-    def _check_committer(self, slot: _GroupSlot, member_id: str | None, generation: int) -> None:
+    def _check_committer(
+        self,
+        slot: _GroupSlot,
+        member_id: str | None,
+        generation: int,
+        partitions: list[TopicPartition] | None = None,
+    ) -> None:
         group = slot.group
         members = _member_count(slot)
         if member_id is None and generation < 0:
@@ -712,7 +719,7 @@ class GroupCoordinator:
         if member_id is None:
             raise InvalidGroupRequest("A commit with a generation must name its member_id.")
         if slot.consumer is not None:  # KIP-848: the member's epoch is its generation
-            slot.consumer.check_member_epoch(member_id, generation)
+            slot.consumer.check_member_epoch(member_id, generation, partitions)
             return
         group.touch(member_id)
         group.check_generation(generation)
