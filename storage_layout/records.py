@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from storage_layout.leader_epochs import UNDEFINED_EPOCH, LeaderEpochs
 from storage_layout.schema import RECORD_COLUMNS, TRANSACTIONAL_RECORD_COLUMNS
 
 Header = tuple[str, bytes | None]
@@ -170,6 +171,9 @@ class FetchResult:
     last_stable_offset: int | None = None
     aborted: tuple = ()
     next_offset: int | None = None
+    # The partition's leader epoch and where each epoch began, as of the version read.
+    leader_epoch: int = UNDEFINED_EPOCH
+    epochs: LeaderEpochs = LeaderEpochs()
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,9 @@ LEADER_APP_ID = "leader"
 # txn app id whose version is the log start offset set by retention (FORMAT.md §3): key
 # compaction may empty the first segment without moving the log start.
 LOG_START_APP_ID = "log_start"
+# txn app ids `leader_epoch:<epoch>`, each with the epoch's start offset as version, written by
+# the commit that takes the leadership (storage_layout/leader_epochs.py).
+LEADER_EPOCH_APP_ID_PREFIX = "leader_epoch:"
 NODE_IDS = 1 << 16
 
 PARTITION_SCHEMA = pa.schema(

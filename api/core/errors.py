@@ -53,6 +53,34 @@ class NotLeader(BrokerError):
         self.leader_id = leader_id
 
 
+class FencedLeaderEpoch(BrokerError):
+    """The request names a leader epoch older than the partition's: the client's metadata is
+    stale (it refreshes it and retries)."""
+
+    code = "FENCED_LEADER_EPOCH"
+    retriable = True
+
+
+class UnknownLeaderEpoch(BrokerError):
+    """The request names a leader epoch newer than this node has seen: its view lags (retry)."""
+
+    code = "UNKNOWN_LEADER_EPOCH"
+    retriable = True
+
+
+def check_leader_epoch(requested: int, current: int) -> None:
+    """Kafka's rule for a request's current_leader_epoch (-1: not checked).
+
+    Raises:
+        FencedLeaderEpoch: older than `current`. UnknownLeaderEpoch: newer.
+    """
+    if requested < 0 or current < 0 or requested == current:
+        return
+    if requested < current:
+        raise FencedLeaderEpoch(f"Leader epoch {requested} is older than the current {current}.")
+    raise UnknownLeaderEpoch(f"Leader epoch {requested} is newer than the known {current}.")
+
+
 class BrokerShuttingDown(BrokerError):
     code = "NOT_LEADER_OR_FOLLOWER"  # clients retry it at once, as after a leader change
     retriable = True

@@ -9,11 +9,13 @@ import time
 from collections.abc import Awaitable, Callable
 
 from api.core.cluster import Cluster
+from api.core.errors import check_leader_epoch
 from api.core.leaders import Leaders
 from api.core.topics import Topics
 from storage_layout import paths
 from storage_layout.errors import OffsetOutOfRange
-from storage_layout.log import DeltaPartitionLog
+from storage_layout.leader_epochs import UNDEFINED_EPOCH, LeaderEpochs
+from storage_layout.log import DeltaPartitionLog, TableReader
 from storage_layout.producer_state import ActiveProducer
 from storage_layout.records import PartitionBounds
 
@@ -105,6 +107,46 @@ class Partitions:
         (await self._topics.get(topic_name)).check_partition(partition)
         log = (await self._leaders.writer(topic_name, partition)).log
         return await self._blocking(log.offset_of_max_timestamp)
+
+    async def leader_epochs(self, topic_name: str, partition: int) -> tuple[int, LeaderEpochs]:
+        """(the current leader epoch, where each epoch began) from the leader's log.
+
+        Raises:
+            NotLeader: another node leads the partition.
+        """
+        (await self._topics.get(topic_name)).check_partition(partition)
+        log = (await self._leaders.writer(topic_name, partition)).log
+        held = log.held_leadership
+        return (UNDEFINED_EPOCH if held is None else held.epoch), log.leader_epochs()
+
+    async def epoch_end_offset(
+        self, topic_name: str, partition: int, *, current_leader_epoch: int, leader_epoch: int
+    ) -> tuple[int, int]:
+        """Kafka's OffsetForLeaderEpoch: (the largest epoch <= `leader_epoch`, where it ends),
+        from the table as it is now (a record appended past the leader's snapshot must not
+        look truncated to a consumer that read it).
+
+        Raises:
+            NotLeader: another node leads it. FencedLeaderEpoch, UnknownLeaderEpoch: the
+            requester's `current_leader_epoch` is not the partition's.
+        """
+        (await self._topics.get(topic_name)).check_partition(partition)
+        await self._leaders.writer(topic_name, partition)
+        uri = paths.partition_table_uri(self._root, topic_name, partition)
+        reader = await self._blocking(TableReader.read, uri)
+        leader = reader.leader()
+        current = UNDEFINED_EPOCH if leader is None else leader.epoch
+        check_leader_epoch(current_leader_epoch, current)
+        return reader.leader_epochs().end_offset_for(
+            leader_epoch, current_epoch=current, log_end_offset=reader.high_watermark()
+        )
+
+    def leader_epoch_for_clients(self, topic_name: str, partition: int) -> int:
+        """The partition's leader epoch where this node leads it, else UNDEFINED_EPOCH (the
+        leader's Metadata tells it). No I/O."""
+        writer = self._leaders.writer_here(topic_name, partition)
+        held = None if writer is None else writer.log.held_leadership
+        return UNDEFINED_EPOCH if held is None else held.epoch
 
     async def active_producers(self, topic_name: str, partition: int) -> list[ActiveProducer]:
         """Kafka's DescribeProducers: the producers the partition's leader remembers.

@@ -11,7 +11,9 @@ HTTP, or uncompressed, go uncompressed), a codec compresses every batch with it,
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +37,7 @@ from api.kafka.codec import (
     encode_body,
     encode_control_record,
 )
+from storage_layout.leader_epochs import LeaderEpochs
 from storage_layout.schema import COMPRESSION_COLUMN
 
 NO_EPOCH = -1
@@ -53,6 +56,7 @@ class _Run:
     transactional: bool = False
     control: int | None = None  # a marker's type: the run is that one control record
     codec: int = 0  # Kafka's codec id of the batch (0: uncompressed)
+    leader_epoch: int = NO_EPOCH  # the epoch whose leader wrote these records (-1: unknown)
 
     @property
     def attributes(self) -> int:
@@ -64,14 +68,20 @@ class _Run:
         return attributes
 
 
-def encode_records(records: pa.Table, compression_type: str = PRODUCER) -> bytes:
+def encode_records(
+    records: pa.Table, compression_type: str = PRODUCER, epochs: LeaderEpochs | None = None
+) -> bytes:
     """The records of a fetch (Arrow columns offset, timestamp, timestamp_type, key, value,
     headers, and optionally producer_id, producer_epoch, transactional, control and
-    compression), in batches compressed as the topic's `compression_type` says."""
+    compression), in batches compressed as the topic's `compression_type` says, each saying
+    which leader epoch wrote it (`epochs`; None: unknown)."""
     if not records.num_rows:
         return b""
     batches = []
-    for run in _runs(records, _codecs(records, compression_type)):
+    runs = _runs(records, _codecs(records, compression_type))
+    if epochs is not None and epochs.entries:
+        runs = _epoch_runs(runs, records.column("offset"), epochs)
+    for run in runs:
         if run.control is not None:
             body = encode_control_record(records, run.start, run.control)
         else:
@@ -116,6 +126,21 @@ def _runs(records: pa.Table, codecs: pa.Array | int) -> Iterator[_Run]:
             if index == run.stop or values[index] != values[start]:
                 yield dataclasses.replace(run, start=start, stop=index, codec=values[start])
                 start = index
+
+
+def _epoch_runs(
+    runs: Iterator[_Run], offsets: pa.ChunkedArray, epochs: LeaderEpochs
+) -> Iterator[_Run]:
+    """Runs cut where a leader epoch starts, each with its epoch (a batch has one)."""
+    values = offsets.to_pylist()  # ascending
+    starts = [start for _epoch, start in epochs.entries]
+    for run in runs:
+        first, last = values[run.start], values[run.stop - 1]
+        cuts = [bisect.bisect_left(values, s) for s in starts if first < s <= last]
+        bounds = [run.start, *cuts, run.stop]
+        for start, stop in itertools.pairwise(bounds):
+            epoch = epochs.epoch_of(values[start])
+            yield dataclasses.replace(run, start=start, stop=stop, leader_epoch=epoch)
 
 
 def _uniform_runs(records: pa.Table) -> Iterator[_Run]:
@@ -181,7 +206,7 @@ def _frame(encoded: EncodedBody, run: _Run) -> bytes:
     """A batch around an encoded records section: header, lengths, CRC. A compacted table's
     offsets have gaps: lastOffsetDelta then spans more than the record count."""
     header = BATCH_HEADER.pack(
-        0,  # partitionLeaderEpoch: lakelog's leader epochs are not Kafka's
+        run.leader_epoch,
         MAGIC,
         0,  # CRC, filled in below
         run.attributes,

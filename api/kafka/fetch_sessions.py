@@ -37,6 +37,7 @@ class FetchSessionError(Exception):
 class _Partition:
     fetch_offset: int
     max_bytes: int
+    leader_epoch: int = -1  # the client's current_leader_epoch (-1: not checked)
     sent_bounds: tuple[int, int] | None = None  # (high watermark, log start) last answered
 
 
@@ -46,8 +47,11 @@ class FetchSession:
     next_epoch: int
     partitions: dict[PartitionKey, _Partition] = field(default_factory=dict)
 
-    def wanted(self) -> list[tuple[str, int, int, int]]:
-        return [(t, p, s.fetch_offset, s.max_bytes) for (t, p), s in self.partitions.items()]
+    def wanted(self) -> list[tuple[str, int, int, int, int]]:
+        return [
+            (t, p, s.fetch_offset, s.max_bytes, s.leader_epoch)
+            for (t, p), s in self.partitions.items()
+        ]
 
     def worth_answering(self, key: PartitionKey, answer: dict) -> bool:
         """An incremental answer carries a partition with records, an error or new bounds."""
@@ -65,7 +69,8 @@ class FetchSession:
 class FetchPlan:
     """What one Fetch request reads, and the session it belongs to (None: sessionless)."""
 
-    wanted: list[tuple[str, int, int, int]]  # topic, partition, fetch offset, max bytes
+    # topic, partition, fetch offset, max bytes, current leader epoch
+    wanted: list[tuple[str, int, int, int, int]]
     session: FetchSession | None
     incremental: bool
 
@@ -92,12 +97,13 @@ class FetchSessions:
         session = self._continued(session_id, epoch)
         for key in _forgotten(request):
             session.partitions.pop(key, None)
-        for key, (offset, max_bytes) in listed.items():
+        for key, (offset, max_bytes, leader_epoch) in listed.items():
             known = session.partitions.get(key)
             if known is None:
-                session.partitions[key] = _Partition(offset, max_bytes)
+                session.partitions[key] = _Partition(offset, max_bytes, leader_epoch)
             else:
                 known.fetch_offset, known.max_bytes = offset, max_bytes
+                known.leader_epoch = leader_epoch
         return FetchPlan(session.wanted(), session, True)
 
     def advance(self, session: FetchSession, answers: dict[PartitionKey, dict]) -> None:
@@ -106,14 +112,14 @@ class FetchSessions:
             session.answered(key, answer)
         session.next_epoch += 1
 
-    def _open(self, listed: dict[PartitionKey, tuple[int, int]]) -> FetchSession:
+    def _open(self, listed: dict[PartitionKey, tuple[int, int, int]]) -> FetchSession:
         while len(self._sessions) >= self._sessions_max:
             self._sessions.popitem(last=False)  # the least recently used
         session_id = next(self._ids) % (1 << 31) or next(self._ids)
         session = FetchSession(
             session_id,
             INITIAL_EPOCH,  # advance() makes it 1 once the opening answer is sent
-            {key: _Partition(offset, max_bytes) for key, (offset, max_bytes) in listed.items()},
+            {key: _Partition(*wanted) for key, wanted in listed.items()},
         )
         self._sessions[session_id] = session
         return session
@@ -134,9 +140,13 @@ class FetchSessions:
         return session
 
 
-def _listed(request) -> dict[PartitionKey, tuple[int, int]]:
+def _listed(request) -> dict[PartitionKey, tuple[int, int, int]]:
     return {
-        (topic.topic, p.partition): (p.fetch_offset, p.partition_max_bytes)
+        (topic.topic, p.partition): (
+            p.fetch_offset,
+            p.partition_max_bytes,
+            getattr(p, "current_leader_epoch", -1),  # v9+
+        )
         for topic in request.topics
         for p in topic.partitions
     }

@@ -30,6 +30,7 @@ from storage_layout.errors import (
     LeadershipConflict,
     StorageUnavailable,
 )
+from storage_layout.leader_epochs import LeaderEpochs, epoch_app_id
 from storage_layout.log import (
     leadership,
     log_commit,
@@ -75,7 +76,13 @@ from storage_layout.records import (
     PartitionBounds,
     Records,
 )
-from storage_layout.schema import FILE_SCHEMA, LEADER_APP_ID, LOG_APP_ID, LOG_START_APP_ID
+from storage_layout.schema import (
+    FILE_SCHEMA,
+    LEADER_APP_ID,
+    LEADER_EPOCH_APP_ID_PREFIX,
+    LOG_APP_ID,
+    LOG_START_APP_ID,
+)
 from storage_layout.schemas.typed_columns import TYPED_COLUMNS, merge_types
 from storage_layout.store import open_store
 from storage_layout.topic_config import TopicConfig
@@ -178,6 +185,10 @@ class DeltaPartitionLog:
         """The leader named by the loaded snapshot (call `reload` first for the latest).
         Reads no storage, so housekeeping may ask from its thread."""
         return Leadership.from_version(self._committer.snapshot.transactions.get(LEADER_APP_ID))
+
+    def leader_epochs(self) -> LeaderEpochs:
+        """Where each recorded leader epoch began, as of the loaded snapshot (no I/O)."""
+        return LeaderEpochs.from_transactions(self._committer.snapshot.transactions)
 
     @property
     def held_leadership(self) -> Leadership | None:
@@ -302,7 +313,7 @@ class DeltaPartitionLog:
             LeadershipConflict: this writer was deposed; nothing was committed.
             StorageUnavailable: the storage could not be written.
         """
-        if transaction is not None and transaction.app_id in RESERVED_APP_IDS:
+        if transaction is not None and _reserved(transaction.app_id):
             raise ValueError(f"txn app id {transaction.app_id!r} is reserved by the log")
         if not self._has_added_columns and (
             _any_transactional(producers) or compression_of(records).null_count < len(records)
@@ -603,8 +614,16 @@ class _Elected:
         return self._log.leader()
 
     def commit_txn(self, new: Leadership) -> Outcome:
-        actions = log_commit.transactions_actions([(LEADER_APP_ID, new.version)], _now_ms())
+        # The new epoch starts where the next record goes: the high watermark of the version
+        # this commit is built on (a commit in between takes that version: this one is lost).
+        start = self._committer.snapshot.high_watermark
+        transactions = [(LEADER_APP_ID, new.version), (epoch_app_id(new.epoch), start)]
+        actions = log_commit.transactions_actions(transactions, _now_ms())
         return self._committer.commit_next(actions)
+
+
+def _reserved(app_id: str) -> bool:
+    return app_id in RESERVED_APP_IDS or app_id.startswith(LEADER_EPOCH_APP_ID_PREFIX)
 
 
 def _any_transactional(producers: ProducerColumns | None) -> bool:

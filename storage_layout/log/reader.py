@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from storage_layout.errors import CorruptPartition, PartitionTableMissing, StorageUnavailable
+from storage_layout.leader_epochs import LeaderEpochs
 from storage_layout.log import housekeeping, log_commit
 from storage_layout.log.leadership import Leadership
 from storage_layout.log.replay import (
@@ -21,7 +22,7 @@ from storage_layout.log.replay import (
 )
 from storage_layout.log.tables import load_table_explained
 from storage_layout.protocol_check import ProtocolVersions, check_protocol
-from storage_layout.schema import LEADER_APP_ID
+from storage_layout.schema import LEADER_APP_ID, LOG_APP_ID
 from storage_layout.store import Store, open_store
 
 
@@ -111,3 +112,11 @@ class TableReader:
     def leader(self) -> Leadership | None:
         """The leader the state names (call `refresh` first for the latest)."""
         return Leadership.from_version(self.state.transactions.get(LEADER_APP_ID))
+
+    def leader_epochs(self) -> LeaderEpochs:
+        return LeaderEpochs.from_transactions(self.state.transactions)
+
+    def high_watermark(self) -> int:
+        """The offset after the last one assigned (the `log` txn: the offset CAS)."""
+        last_assigned = self.state.transactions.get(LOG_APP_ID)
+        return 0 if last_assigned is None else last_assigned + 1

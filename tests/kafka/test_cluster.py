@@ -5,10 +5,11 @@ and a killed leader's partitions move to a live node without losing an acknowled
 
 from __future__ import annotations
 
+import struct
 import time
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.serial import entity_reader
 
@@ -25,6 +26,7 @@ from tests.kafka.test_hostile_frames import PRODUCE, _records, connect, read_ans
 pytestmark = pytest.mark.gateway
 
 PARTITIONS = 6
+FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 1, 2, 3, 23
 NOT_LEADER_OR_FOLLOWER = 6
 
 
@@ -253,11 +255,109 @@ def coordinator_of(group: str) -> int:
     return preferred_node([0, 1], COORDINATOR_TOPIC, coordinator_slot(group))
 
 
-def poll_values(consumer, count: int, timeout_s: float = 90) -> list[bytes]:
-    values = []
+def poll_messages(consumer, count: int, timeout_s: float = 90) -> list:
+    messages = []
     deadline = time.monotonic() + timeout_s
-    while len(values) < count and time.monotonic() < deadline:
+    while len(messages) < count and time.monotonic() < deadline:
         message = consumer.poll(0.2)
         if message is not None and message.error() is None:
-            values.append(message.value())
-    return values
+            messages.append(message)
+    return messages
+
+
+def poll_values(consumer, count: int) -> list[bytes]:
+    return [message.value() for message in poll_messages(consumer, count)]
+
+
+def raw(address: str, api_key: int, version: int, body: dict):
+    """One request over Kafka's protocol, its response read with Kafka's schema."""
+    with connect(address) as sock:
+        sock.sendall(request_frame(api_key, version, body))
+        answer = read_answer(sock)
+    response, _ = entity_reader(response_class(api_key, version))(answer, 5)
+    return response
+
+
+def epoch_end(address: str, topic: str, current: int, requested: int) -> tuple[str, int, int]:
+    partition = {"partition": 0, "current_leader_epoch": current, "leader_epoch": requested}
+    body = {"replica_id": -1, "topics": [{"topic": topic, "partitions": [partition]}]}
+    [answer] = raw(address, OFFSET_FOR_LEADER_EPOCH, 4, body).topics[0].partitions
+    return answer.error_code.name, answer.leader_epoch, answer.end_offset
+
+
+def batch_epochs(address: str, topic: str) -> list[tuple[int, int]]:
+    """(base offset, partition leader epoch) of each batch a Fetch v12 returns from offset 0."""
+    partition = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+    body = {
+        "replica_id": -1,
+        "max_wait": 0,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "topics": [{"topic": topic, "partitions": [partition]}],
+    }
+    [answer] = raw(address, FETCH, 12, body).responses[0].partitions
+    assert answer.error_code.value == 0, answer.error_code
+    found, data, position = [], answer.records, 0
+    while position < len(data):
+        base_offset, length, leader_epoch = struct.unpack_from(">qii", data, position)
+        found.append((base_offset, leader_epoch))
+        position += 12 + length
+    return found
+
+
+def test_leader_epochs_grow_with_each_leader_and_mark_what_each_wrote(two_nodes, topic_name):
+    """Epoch 0 on node 0 writes offsets 0-2; killed, node 1 takes epoch 1 and writes 3-4:
+    Metadata, Fetch's batches, ListOffsets and OffsetForLeaderEpoch all say so, and a request
+    with the old epoch is fenced."""
+    first, second = two_nodes
+    admin = AdminClient({"bootstrap.servers": second.kafka_address})
+    wait_for_both(admin)
+    topic_name = spread_name(topic_name)  # node 0 leads partition 0
+    admin.create_topics([NewTopic(topic_name, 2, 1)])[topic_name].result(30)
+    produce_all(first.kafka_address, topic_name, [{"value": b"a", "partition": 0}] * 3)
+    assert leader_epoch(first.kafka_address, topic_name) == 0
+    assert epoch_end(first.kafka_address, topic_name, 0, 0) == ("none", 0, 3)
+    # a consumer reading across the leader change validates its position with the new
+    # leader (KIP-320): a wrong epoch end would look like truncation and reset it
+    reader = Consumer(
+        {"bootstrap.servers": second.kafka_address, "group.id": f"g-{topic_name}",
+         "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    )  # fmt: skip
+    reader.assign([TopicPartition(topic_name, 0, 0)])
+    offsets = poll_offsets(reader, 3)
+    first.process.kill()
+    first.process.wait()
+    after = [{"value": b"b", "partition": 0}] * 2
+    produce_all(second.kafka_address, topic_name, after, **{"message.timeout.ms": 60000})
+    offsets += poll_offsets(reader, 2)
+    reader.close()
+    assert offsets == [0, 1, 2, 3, 4]
+    assert leader_epoch(second.kafka_address, topic_name) == 1
+    assert batch_epochs(second.kafka_address, topic_name) == [(0, 0), (3, 1)]
+    assert epoch_end(second.kafka_address, topic_name, 1, 0) == ("none", 0, 3)
+    assert epoch_end(second.kafka_address, topic_name, 1, 1) == ("none", 1, 5)
+    assert epoch_end(second.kafka_address, topic_name, 0, 0)[0] == "fenced_leader_epoch"
+    assert epoch_end(second.kafka_address, topic_name, 7, 0)[0] == "unknown_leader_epoch"
+    listed = {"partition_index": 0, "current_leader_epoch": 1, "timestamp": -1}
+    body = {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [{"name": topic_name, "partitions": [listed]}],
+    }
+    [latest] = raw(second.kafka_address, LIST_OFFSETS, 7, body).topics[0].partitions
+    assert (latest.offset, latest.leader_epoch) == (5, 1)
+
+
+def leader_epoch(address: str, topic: str) -> int:
+    body = {
+        "topics": [{"name": topic}],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    }
+    metadata = raw(address, METADATA, 12, body)
+    [partition] = [p for p in metadata.topics[0].partitions if p.partition_index == 0]
+    return partition.leader_epoch
+
+
+def poll_offsets(consumer, count: int) -> list[int]:
+    return [message.offset() for message in poll_messages(consumer, count)]

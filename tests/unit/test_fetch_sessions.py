@@ -40,7 +40,7 @@ def answer(high_watermark: int, records: bytes = b"") -> dict:
 
 def test_a_sessionless_fetch_reads_what_it_lists_and_opens_nothing():
     plan = FetchSessions().plan(request(0, -1, [("t", 0, 5)]))
-    assert plan.session is None and plan.wanted == [("t", 0, 5, 1000)]
+    assert plan.session is None and plan.wanted == [("t", 0, 5, 1000, -1)]
 
 
 def test_an_incremental_fetch_updates_adds_and_forgets_partitions():
@@ -52,7 +52,7 @@ def test_an_incremental_fetch_updates_adds_and_forgets_partitions():
         request(session.session_id, 1, [("t", 0, 10), ("u", 0, 0)], forgotten=[("t", 1)])
     )
     assert plan.incremental
-    assert sorted(plan.wanted) == [("t", 0, 10, 1000), ("u", 0, 0, 1000)]
+    assert sorted(plan.wanted) == [("t", 0, 10, 1000, -1), ("u", 0, 0, 1000, -1)]
 
 
 def test_an_incremental_answer_carries_only_what_changed():

@@ -111,6 +111,9 @@ NAMED_SINCE = {
     "UnacceptableCredential": ErrorCode.unacceptable_credential,  # SCRAM (issue 27)
     "UnsupportedSaslMechanism": ErrorCode.unsupported_sasl_mechanism,
     "CredentialNotFound": ErrorCode.resource_not_found,
+    # leader epochs (issue 27)
+    "FencedLeaderEpoch": ErrorCode.fenced_leader_epoch,
+    "UnknownLeaderEpoch": ErrorCode.unknown_leader_epoch,
     # KIP-848 consumer groups (issue 27)
     "FencedMemberEpoch": ErrorCode.fenced_member_epoch,
     "StaleMemberEpoch": ErrorCode.stale_member_epoch,

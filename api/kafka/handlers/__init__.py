@@ -99,6 +99,7 @@ def _table() -> dict[int, Api]:
         Api(20, "DeleteTopics", 1, 5, admin.delete_topics),
         Api(21, "DeleteRecords", 0, 2, admin.delete_records),
         Api(22, "InitProducerId", 0, 4, cluster.init_producer_id),
+        Api(23, "OffsetForLeaderEpoch", 2, 4, offsets.offset_for_leader_epoch),
         Api(24, "AddPartitionsToTxn", 0, 3, transactions.add_partitions_to_txn),
         Api(25, "AddOffsetsToTxn", 0, 3, transactions.add_offsets_to_txn),
         Api(26, "EndTxn", 0, 5, transactions.end_txn),

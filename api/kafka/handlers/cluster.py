@@ -128,6 +128,7 @@ def _topic(connection: Connection, topic: TopicInfo, request, indexes: range | N
                 "error_code": ErrorCode.none,
                 "partition_index": index,
                 "leader_id": leader,
+                "leader_epoch": broker.partitions.leader_epoch_for_clients(topic.name, index),
                 "replica_nodes": [leader],
                 "isr_nodes": [leader],
                 "eligible_leader_replicas": [],

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from api.core.errors import check_leader_epoch
 from api.core.records import FetchRequest
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code
@@ -36,6 +37,7 @@ class _Wanted:
     partition: int
     offset: int
     bytes_max: int
+    leader_epoch: int = -1  # the client's current_leader_epoch (-1: not checked)
     isolation: Isolation = Isolation.UNCOMMITTED
 
 
@@ -94,6 +96,7 @@ async def _read_one(connection: Connection, item: _Wanted, bytes_max: int) -> di
     try:
         connection.check("READ", "topic", item.topic)
         result = await connection.broker.read_now(request)
+        check_leader_epoch(item.leader_epoch, result.leader_epoch)
         compression_type = (await connection.broker.topics.get(item.topic)).config.compression_type
     except OffsetOutOfRange as error:
         return _error(item, error, error.high_watermark, error.log_start_offset)
@@ -106,7 +109,7 @@ async def _read_one(connection: Connection, item: _Wanted, bytes_max: int) -> di
         "last_stable_offset": _stable(result),
         "log_start_offset": result.log_start_offset,
         "aborted_transactions": _aborted(result),
-        "records": encode_records(result.records, compression_type),
+        "records": encode_records(result.records, compression_type, result.epochs),
     }
 
 

@@ -10,6 +10,7 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
+from api.core.errors import check_leader_epoch
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code
 
@@ -30,13 +31,28 @@ async def list_offsets(connection: Connection, request, version: int) -> dict:
         # At once: the first request for a partition may make this node its leader (a table
         # open and a commit each), which one at a time took seconds for a new topic.
         partitions = await asyncio.gather(
-            *(
-                _one(connection, topic.name, p.partition_index, p.timestamp, committed)
-                for p in topic.partitions
-            )
+            *(_with_epoch(connection, topic.name, p, committed) for p in topic.partitions)
         )
         topics.append({"name": topic.name, "partitions": list(partitions)})
     return {"throttle_time": 0, "topics": topics}
+
+
+async def _with_epoch(connection: Connection, topic: str, partition, committed: bool) -> dict:
+    """One partition's answer with the leader epoch of its offset (v4+), after checking the
+    requester's current_leader_epoch."""
+    index = partition.partition_index
+    try:
+        current, epochs = await connection.broker.partitions.leader_epochs(topic, index)
+        check_leader_epoch(getattr(partition, "current_leader_epoch", -1), current)
+    except Exception as error:
+        code = error_code(error)
+        return {"partition_index": index, "error_code": code, "timestamp": -1, "offset": -1}
+    answer = await _one(connection, topic, index, partition.timestamp, committed)
+    offset = answer.get("offset", -1)
+    if answer["error_code"] != ErrorCode.none or offset < 0:
+        return answer | {"leader_epoch": -1}
+    epoch = epochs.epoch_of(offset)  # the latest offset: the epoch that writes it next
+    return answer | {"leader_epoch": epoch}
 
 
 async def _one(
@@ -83,3 +99,29 @@ def _timestamp_ms(records) -> int:
     if not records.num_rows:
         return -1
     return records.column("timestamp")[0].value // 1000
+
+
+async def offset_for_leader_epoch(connection: Connection, request, version: int) -> dict:
+    """OffsetForLeaderEpoch (KIP-320): where a leader epoch ends, so a consumer can tell after
+    a leader change whether the log it read from was truncated (here it never is: lakelog
+    does not lose acknowledged records, and the answer shows it)."""
+    topics = []
+    for topic in request.topics:
+        partitions = [await _epoch_end(connection, topic.topic, p) for p in topic.partitions]
+        topics.append({"topic": topic.topic, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}
+
+
+async def _epoch_end(connection: Connection, topic: str, partition) -> dict:
+    answer = {"partition": partition.partition, "error_code": ErrorCode.none}
+    try:
+        connection.check("DESCRIBE", "topic", topic)
+        epoch, end_offset = await connection.broker.partitions.epoch_end_offset(
+            topic,
+            partition.partition,
+            current_leader_epoch=partition.current_leader_epoch,
+            leader_epoch=partition.leader_epoch,
+        )
+    except Exception as error:
+        return answer | {"error_code": error_code(error), "leader_epoch": -1, "end_offset": -1}
+    return answer | {"leader_epoch": epoch, "end_offset": end_offset}
