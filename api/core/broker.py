@@ -160,6 +160,7 @@ class Broker:
         *,
         idempotence: Idempotence | None = None,
         acks: str = ACKS_ALL,
+        on_queued: Callable[[], None] | None = None,
     ) -> list[RecordAck | RecordQueued | Exception]:
         """Append records; one result per record, in request order.
 
@@ -168,9 +169,20 @@ class Broker:
         With `idempotence`, each partition's records form one producer batch (a retry gets the
         original offsets). With acks=0 the results are RecordQueued once the records are queued.
 
+        `on_queued` is called once every record is queued (or refused), before the acks: a
+        caller producing one stream's records concurrently starts the next call then, so the
+        records keep their stream's order in each partition.
+
         Raises:
             InvalidProducerRequest: a partition that receives records has no base sequence.
         """
+        notify = _once(on_queued)
+        try:
+            return await self._produce(topic_name, records, idempotence, acks, notify)
+        finally:
+            notify()  # at the latest: a refusal queued nothing
+
+    async def _produce(self, topic_name, records, idempotence, acks, on_queued) -> list:
         topic = await self.topics.get(topic_name)
         results: list = [None] * len(records)
         await self._validate_schemas(topic, records, results)
@@ -181,12 +193,19 @@ class Broker:
             partition: idempotence.batch(partition, len(indexes)) if idempotence else None
             for partition, indexes in by_partition.items()
         }
+        pendings = await asyncio.gather(
+            *(
+                self._queue_partition(topic, partition, indexed, records, results, batches)
+                for partition, indexed in by_partition.items()
+            )
+        )
+        on_queued()
         await asyncio.gather(
             *(
-                self._produce_partition(
-                    topic, partition, indexed, records, results, batches[partition], acks
+                self._acknowledged(topic, partition, indexed, records, results, pending, acks)
+                for (partition, indexed), pending in zip(
+                    by_partition.items(), pendings, strict=True
                 )
-                for partition, indexed in by_partition.items()
             )
         )
         return results
@@ -244,19 +263,32 @@ class Broker:
             by_partition.setdefault(partition, []).append(index)
         return by_partition
 
-    async def _produce_partition(
-        self, topic, partition, indexes, records, results, producer_batch, acks
-    ) -> None:
+    async def _queue_partition(
+        self, topic, partition, indexes, records, results, batches
+    ) -> asyncio.Future | None:
+        """One partition's records queued: the future of their ack (None: refused, the error
+        in each record's result)."""
         batch = [records[i].record for i in indexes]
         try:
-            pending = await self.submit(
-                topic.name, partition, batch, producer=producer_batch, forward=True, topic=topic
+            return await self.submit(
+                topic.name, partition, batch, producer=batches[partition], forward=True, topic=topic
             )
-            if acks == ACKS_NONE:
-                pending.add_done_callback(_consume_outcome)
-                for index in indexes:
-                    results[index] = RecordQueued(partition)
-                return
+        except Exception as error:
+            for index in indexes:
+                results[index] = error
+            return None
+
+    async def _acknowledged(
+        self, topic, partition, indexes, records, results, pending, acks
+    ) -> None:
+        if pending is None:
+            return
+        if acks == ACKS_NONE:
+            pending.add_done_callback(_consume_outcome)
+            for index in indexes:
+                results[index] = RecordQueued(partition)
+            return
+        try:
             ack = await pending
         except Exception as error:
             for index in indexes:
@@ -488,6 +520,19 @@ def _count_fetched(topic: str, result: FetchResult) -> None:
     records = result.records
     if records.num_rows:
         metrics.record_fetch(topic, records.num_rows, payload_bytes(records))
+
+
+def _once(callback: Callable[[], None] | None) -> Callable[[], None]:
+    """`callback` at its first call only (nothing if None)."""
+    called = False
+
+    def call() -> None:
+        nonlocal called
+        if callback is not None and not called:
+            called = True
+            callback()
+
+    return call
 
 
 def _consume_outcome(future: asyncio.Future) -> None:

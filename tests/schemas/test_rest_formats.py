@@ -161,6 +161,21 @@ def test_v3_typed_records(http, bootstrap, registry, topic_name):
     assert report["error_code"] == 42205 and "'x' is not of type 'integer'" in report["message"]
 
 
+def test_a_stream_keeps_its_order_when_an_early_record_is_slower_to_prepare(http, topic_name):
+    """A streamed record that needs its schema registered first (slow: the registry writes it)
+    is followed by plain ones prepared at once: each is queued only after the one before, so
+    the offsets follow the stream."""
+    create_topic(http, topic_name)
+    typed = {"value": {"type": "PROTOBUF", "raw_schema": PROTO, "data": {"id": "1", "item": "x"}}}
+    plain = [{"value": {"type": "STRING", "data": f"s{n}"}} for n in range(20)]
+    chunks = [json.dumps(document).encode() + b"\n" for document in [typed, *plain]]
+    response = http.post(f"{V3}/topics/{topic_name}/records", content=iter(chunks))
+    assert response.status_code == 200, response.text
+    reports = [json.loads(line) for line in response.text.split("\r\n") if line]
+    assert [r["error_code"] for r in reports] == [200] * 21
+    assert [r["offset"] for r in reports] == list(range(21))
+
+
 def _schema(text: str):
     from confluent_kafka.schema_registry import Schema
 

@@ -112,8 +112,14 @@ def _stream_reports(produce, documents) -> StreamingResponse:
         pending: asyncio.Queue = asyncio.Queue(PIPELINE_DEPTH_MAX)
 
         async def feed():
+            # Records are prepared concurrently, but each is queued only once the one before
+            # it is (a turn each): a partition keeps the stream's order.
+            previous_queued = None
             async for document in documents:
-                await pending.put(asyncio.ensure_future(produce(document)))
+                queued = asyncio.Event()
+                task = produce(document, after=previous_queued, queued=queued.set)
+                await pending.put(asyncio.ensure_future(task))
+                previous_queued = queued
             await pending.put(None)
 
         feeder = asyncio.ensure_future(feed())
@@ -154,8 +160,19 @@ class _Producer:
         self.limits = RecordLimits.from_settings(broker.settings)
         self.request = request
 
-    async def __call__(self, document) -> dict:
-        """The delivery report of one record (an error report if it could not be produced)."""
+    async def __call__(
+        self, document, *, after: asyncio.Event | None = None, queued=lambda: None
+    ) -> dict:
+        """The delivery report of one record (an error report if it could not be produced);
+        it is queued once `after` is set, and then calls `queued` (in every case)."""
+        try:
+            return await self._produce(document, after, queued)
+        finally:
+            if after is not None:
+                await after.wait()  # a refused record must not let the next pass its elder
+            queued()
+
+    async def _produce(self, document, after: asyncio.Event | None, queued) -> dict:
         sections: dict[str, dict] = {}
         try:
             if isinstance(document, Exception):
@@ -165,8 +182,14 @@ class _Producer:
             if record.idempotence is not None:  # a producer id is bound to its principal
                 await access.check_producer(self.request, record.idempotence.producer_id)
                 access.check_transactional(self.request, record.idempotence)
+            if after is not None:
+                await after.wait()
             (result,) = await self.broker.produce(
-                self.topic, [record.produce], idempotence=record.idempotence, acks=self.acks
+                self.topic,
+                [record.produce],
+                idempotence=record.idempotence,
+                acks=self.acks,
+                on_queued=queued,
             )
             if isinstance(result, Exception):
                 raise result
