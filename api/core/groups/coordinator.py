@@ -364,9 +364,6 @@ class GroupCoordinator:
         self._notify(slot)
         return answer
 
-    async def group_type(self, group_id: str) -> str:
-        return (await self._slot(group_id)).group_type
-
     async def consumer_group(self, group_id: str) -> ConsumerGroup:
         """The consumer group of that id.
 
