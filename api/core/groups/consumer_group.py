@@ -172,6 +172,7 @@ class ConsumerGroup:
     dead: bool = False
     _instances: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     _topics_seen: dict[str, int] = field(default_factory=dict)  # at the last target
+    _partitions_resolved: Mapping[str, int] | None = None  # the topics last resolved against
 
     # ---- the protocol ------------------------------------------------------------------------
 
@@ -209,7 +210,12 @@ class ConsumerGroup:
 
     def refresh(self, partitions: Mapping[str, int]) -> bool:
         """Recompute the target when the group epoch moved on or the subscribed topics'
-        partitions changed (topics created, deleted or grown; a pattern matching more)."""
+        partitions changed (topics created, deleted or grown; a pattern matching more). The
+        subscriptions are resolved again only when the epoch moved or the topics changed:
+        every heartbeat calls this, and each resolution matches every pattern to every topic."""
+        if self.epoch == self.assignment_epoch and partitions == self._partitions_resolved:
+            return False
+        self._partitions_resolved = partitions
         seen = self._subscribed_counts(partitions)
         if seen != self._topics_seen:
             self._bump()
