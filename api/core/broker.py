@@ -171,18 +171,12 @@ class Broker:
 
         `on_queued` is called once every record is queued (or refused), before the acks: a
         caller producing one stream's records concurrently starts the next call then, so the
-        records keep their stream's order in each partition.
+        records keep their stream's order in each partition. (When this raises instead, it
+        queued nothing: the caller goes on.)
 
         Raises:
             InvalidProducerRequest: a partition that receives records has no base sequence.
         """
-        notify = _once(on_queued)
-        try:
-            return await self._produce(topic_name, records, idempotence, acks, notify)
-        finally:
-            notify()  # at the latest: a refusal queued nothing
-
-    async def _produce(self, topic_name, records, idempotence, acks, on_queued) -> list:
         topic = await self.topics.get(topic_name)
         results: list = [None] * len(records)
         await self._validate_schemas(topic, records, results)
@@ -199,7 +193,8 @@ class Broker:
                 for partition, indexed in by_partition.items()
             )
         )
-        on_queued()
+        if on_queued is not None:
+            on_queued()
         await asyncio.gather(
             *(
                 self._acknowledged(topic, partition, indexed, records, results, pending, acks)
@@ -520,19 +515,6 @@ def _count_fetched(topic: str, result: FetchResult) -> None:
     records = result.records
     if records.num_rows:
         metrics.record_fetch(topic, records.num_rows, payload_bytes(records))
-
-
-def _once(callback: Callable[[], None] | None) -> Callable[[], None]:
-    """`callback` at its first call only (nothing if None)."""
-    called = False
-
-    def call() -> None:
-        nonlocal called
-        if callback is not None and not called:
-            called = True
-            callback()
-
-    return call
 
 
 def _consume_outcome(future: asyncio.Future) -> None:
