@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from storage_layout.leader_epochs import UNDEFINED_EPOCH, LeaderEpochs
 from storage_layout.schema import RECORD_COLUMNS, TRANSACTIONAL_RECORD_COLUMNS
 
 Header = tuple[str, bytes | None]
@@ -171,9 +170,9 @@ class FetchResult:
     last_stable_offset: int | None = None
     aborted: tuple = ()
     next_offset: int | None = None
-    # The partition's leader epoch and where each epoch began, as of the version read.
-    leader_epoch: int = UNDEFINED_EPOCH
-    epochs: LeaderEpochs = LeaderEpochs()
+    # The txns of the version read (a reference, not a copy): its leader epochs are derived
+    # from them by the readers that need them (leadership.current_epoch, LeaderEpochs).
+    transactions: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

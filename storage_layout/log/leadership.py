@@ -9,11 +9,13 @@ holder carries the txn, so a deposed holder's next commit is refused (FORMAT.md 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from storage_layout.errors import LeadershipConflict
-from storage_layout.schema import NODE_IDS
+from storage_layout.leader_epochs import UNDEFINED_EPOCH
+from storage_layout.schema import LEADER_APP_ID, NODE_IDS
 
 # Tries of one change while other commits keep taking the version after the one read.
 LEADERSHIP_ATTEMPTS_MAX = 5
@@ -54,6 +56,12 @@ class ElectedTable(Protocol):
 
     def commit_txn(self, new: Leadership) -> Outcome:
         """Commit the txn naming `new`, alone, on the version after the one read."""
+
+
+def current_epoch(transactions: Mapping[str, int]) -> int:
+    """The leader epoch a table's txns name (UNDEFINED_EPOCH: never led)."""
+    leader = Leadership.from_version(transactions.get(LEADER_APP_ID))
+    return UNDEFINED_EPOCH if leader is None else leader.epoch
 
 
 def take(table: ElectedTable, node_id: int, *, expected: Leadership | None) -> Leadership:

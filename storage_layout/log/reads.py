@@ -15,7 +15,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage_layout.errors import OffsetOutOfRange, StorageUnavailable
-from storage_layout.leader_epochs import UNDEFINED_EPOCH, LeaderEpochs
 from storage_layout.log.arrow_records import (
     PLAIN_READ_SCHEMA,
     READ_SCHEMA,
@@ -24,7 +23,6 @@ from storage_layout.log.arrow_records import (
     payload_bytes,
 )
 from storage_layout.log.files import read_columns, read_whole_file
-from storage_layout.log.leadership import Leadership
 from storage_layout.log.snapshot import DataFile, LogSnapshot, in_memory
 from storage_layout.log.transaction_index import (
     INDEX_COLUMNS,
@@ -33,7 +31,7 @@ from storage_layout.log.transaction_index import (
     transactional_rows,
 )
 from storage_layout.records import FetchResult, Isolation
-from storage_layout.schema import FILE_SCHEMA, LEADER_APP_ID, TRANSACTIONAL_RECORD_COLUMNS
+from storage_layout.schema import FILE_SCHEMA, TRANSACTIONAL_RECORD_COLUMNS
 from storage_layout.store import Store
 
 _READ_COLUMNS = list(TRANSACTIONAL_RECORD_COLUMNS)
@@ -43,14 +41,10 @@ _EMPTY_PLAIN_READ = PLAIN_READ_SCHEMA.empty_table()
 
 
 def read_records(store: Store, snapshot: LogSnapshot, **read) -> FetchResult:
-    """_read_records (its arguments and errors), with the leader epochs of the version read."""
+    """_read_records (its arguments and errors), with the txns of the version read (where
+    Kafka's fetch finds its leader epochs)."""
     result = _read_records(store, snapshot, **read)
-    leader = Leadership.from_version(snapshot.transactions.get(LEADER_APP_ID))
-    return dataclasses.replace(
-        result,
-        leader_epoch=UNDEFINED_EPOCH if leader is None else leader.epoch,
-        epochs=LeaderEpochs.from_transactions(snapshot.transactions),
-    )
+    return dataclasses.replace(result, transactions=snapshot.transactions)
 
 
 def _read_records(

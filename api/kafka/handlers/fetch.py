@@ -26,6 +26,8 @@ from api.kafka.fetch_batches import encode_records
 from api.kafka.fetch_sessions import FetchSessionError
 from api.kafka.messages import milliseconds
 from storage_layout.errors import OffsetOutOfRange
+from storage_layout.leader_epochs import LeaderEpochs
+from storage_layout.log.leadership import current_epoch
 from storage_layout.records import FetchResult, Isolation
 
 READ_COMMITTED = 1  # Fetch's isolation_level
@@ -96,7 +98,7 @@ async def _read_one(connection: Connection, item: _Wanted, bytes_max: int) -> di
     try:
         connection.check("READ", "topic", item.topic)
         result = await connection.broker.read_now(request)
-        check_leader_epoch(item.leader_epoch, result.leader_epoch)
+        check_leader_epoch(item.leader_epoch, current_epoch(result.transactions))
         compression_type = (await connection.broker.topics.get(item.topic)).config.compression_type
     except OffsetOutOfRange as error:
         return _error(item, error, error.high_watermark, error.log_start_offset)
@@ -109,7 +111,9 @@ async def _read_one(connection: Connection, item: _Wanted, bytes_max: int) -> di
         "last_stable_offset": _stable(result),
         "log_start_offset": result.log_start_offset,
         "aborted_transactions": _aborted(result),
-        "records": encode_records(result.records, compression_type, result.epochs),
+        "records": encode_records(
+            result.records, compression_type, LeaderEpochs.from_transactions(result.transactions)
+        ),
     }
 
 
