@@ -406,6 +406,12 @@ def _ended_by(state: TxnState | None, producer_id: int, epoch: int, wanted: TxnS
 def _by_group(offsets: Sequence[PendingOffset]) -> dict[str, list[OffsetCommit]]:
     by_group: dict[str, list[OffsetCommit]] = {}
     for offset in offsets:
-        commit = OffsetCommit(offset.topic, offset.partition, offset.offset, offset.metadata)
+        commit = OffsetCommit(
+            offset.topic,
+            offset.partition,
+            offset.offset,
+            offset.metadata,
+            leader_epoch=offset.leader_epoch,
+        )
         by_group.setdefault(offset.group_id, []).append(commit)
     return by_group

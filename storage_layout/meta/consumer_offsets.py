@@ -62,9 +62,21 @@ CONSUMER_OFFSETS_SCHEMA = pa.schema(
         pa.field("member_id", pa.string()),
         pa.field("committed_at", TIMESTAMP_TYPE, nullable=False),
         pa.field("commit_sequence", pa.int64(), nullable=False),
+        # Added later (FORMAT.md §1): null in files written before, and for "not given".
+        pa.field("leader_epoch", pa.int32()),
     ]
 )
-_OFFSET_COLUMNS = ("topic", "partition", "offset", "metadata", "generation", "member_id")
+_OFFSET_COLUMNS = (
+    "topic",
+    "partition",
+    "offset",
+    "metadata",
+    "generation",
+    "member_id",
+    "leader_epoch",
+)
+# Kafka's "no leader epoch" in requests and answers; stored as null.
+NO_LEADER_EPOCH = -1
 # A row with this offset deletes the partition's committed offset (Kafka's OffsetDelete and
 # DeleteGroups): the latest row wins, as for any commit (FORMAT.md §11).
 DELETED_OFFSET = -1
@@ -75,7 +87,9 @@ class OffsetCommit:
     """One partition's offset in a commit request. `offset` is the next offset to read.
 
     `generation` and `member_id` name who committed it when one Delta commit batches the
-    commits of several members (None: the values given to `ConsumerOffsets.commit`)."""
+    commits of several members (None: the values given to `ConsumerOffsets.commit`).
+    `leader_epoch` is the epoch of the record before `offset` as the consumer saw it (Kafka's
+    committed leader epoch: a restarted consumer validates its position with it)."""
 
     topic: str
     partition: int
@@ -83,6 +97,7 @@ class OffsetCommit:
     metadata: str | None = None
     generation: int | None = None
     member_id: str | None = None
+    leader_epoch: int = NO_LEADER_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +120,7 @@ class CommittedOffset:
     generation: int
     member_id: str | None
     committed_at_ms: int
+    leader_epoch: int = NO_LEADER_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,9 +357,14 @@ class ConsumerOffsets:
         committed_micros = latest.column("committed_at").cast(pa.int64()).to_pylist()
         offsets = {
             TopicPartition(topic, partition): CommittedOffset(
-                offset, metadata, generation, member_id, micros // 1000
+                offset,
+                metadata,
+                generation,
+                member_id,
+                micros // 1000,
+                NO_LEADER_EPOCH if epoch is None else epoch,
             )
-            for topic, partition, offset, metadata, generation, member_id, micros in zip(
+            for topic, partition, offset, metadata, generation, member_id, epoch, micros in zip(
                 *(data[name] for name in _OFFSET_COLUMNS), committed_micros, strict=True
             )
             if offset != DELETED_OFFSET
@@ -497,6 +518,7 @@ def _rows(
             "member_id": [member_id if c.member_id is None else c.member_id for c in commits],
             "committed_at": [now_ms * 1000] * count,
             "commit_sequence": [sequence] * count,
+            "leader_epoch": [None if c.leader_epoch < 0 else c.leader_epoch for c in commits],
         },
         schema=CONSUMER_OFFSETS_SCHEMA,
     )

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from storage_layout.errors import PartitionTableMissing, StorageUnavailable
 from storage_layout.log import housekeeping, log_commit
+from storage_layout.log.delta_types import field_json
 from storage_layout.log.housekeeping import Housekeeper
 from storage_layout.log.reader import TableReader
 from storage_layout.log.replay import TableState, file_path
@@ -95,6 +96,7 @@ class MetaTable:
         self._store = open_store(uri)
         self._reader = _open_or_create(uri, schema, dict(configuration or {}))
         self._housekeeper = Housekeeper(uri, self._store, self._reader.log)
+        self._add_missing_columns()
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -133,7 +135,8 @@ class MetaTable:
         tables = [schema.empty_table()]
         for meta_file in self.files() if files is None else files:
             try:
-                tables.append(read_parquet(self._store, meta_file.path, names).cast(schema))
+                rows = read_parquet(self._store, meta_file.path, names)
+                tables.append(_with_nulls_for_missing(rows, schema).cast(schema))
             except OSError as error:
                 where = f"{self.uri}/{meta_file.path}"
                 raise StorageUnavailable(f"Cannot read {where}: {error}") from error
@@ -185,6 +188,23 @@ class MetaTable:
             log_commit.remove_action(f.path, None, f.size_bytes, now_ms) for f in removes
         ]
         return self._commit([add], remove_actions, transactions, "OPTIMIZE", decided_on)
+
+    def _add_missing_columns(self) -> None:
+        """Add the nullable columns of `schema` that the stored table lacks, by a commit of
+        its metaData alone (FORMAT.md §1: a later lakelog version adds columns so, and files
+        written before read them as null). Of nodes adding them at once, one commit wins and
+        the others find them there."""
+        for _ in range(STEPS_MAX):
+            upgraded = with_fields(self.state.metadata, self.schema)
+            if upgraded is None:
+                return
+            actions = log_commit.metadata_actions(upgraded, _now_ms())
+            version = self.version + 1
+            if self._put(version, log_commit.ndjson(actions)):
+                self._reader.state = self._reader.state.applied(version, actions)
+                return
+            self.refresh()
+        raise StorageUnavailable(f"Cannot add columns to {self.uri}: other commits kept coming.")
 
     def write_file(self, rows: pa.Table, *, data_change: bool) -> dict[str, Any]:
         """Write `rows` as a new data file; its add action (with statistics)."""
@@ -308,6 +328,39 @@ def column_stats(rows: pa.Table) -> str:
             stats["minValues"][field.name] = bounds["min"].as_py()
             stats["maxValues"][field.name] = bounds["max"].as_py()
     return json.dumps(stats, separators=(",", ":"))
+
+
+def with_fields(metadata: Mapping[str, Any], schema: pa.Schema) -> dict[str, Any] | None:
+    """`metadata` (a metaData action's body) with the fields of `schema` its stored schema
+    lacks added at the end; None when it has them all.
+
+    Raises:
+        ValueError: a missing field is not nullable (files written before could not hold it).
+    """
+    stored = json.loads(metadata["schemaString"])
+    names = {field["name"] for field in stored["fields"]}
+    missing = [field for field in schema if field.name not in names]
+    if not missing:
+        return None
+    for field in missing:
+        if not field.nullable:
+            raise ValueError(f"Column '{field.name}' cannot be added: it is not nullable.")
+    stored["fields"] = [*stored["fields"], *(field_json(field) for field in missing)]
+    return {**metadata, "schemaString": json.dumps(stored, separators=(",", ":"))}
+
+
+def _with_nulls_for_missing(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`rows` in `schema`'s column order, a column added since the file was written being
+    null (pyarrow reads the columns a file has and skips the others)."""
+    if rows.num_columns == len(schema):
+        return rows.select(schema.names)
+    return pa.table(
+        [
+            rows.column(f.name) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+            for f in schema
+        ],
+        schema=schema,
+    )
 
 
 def _open_or_create(uri: str, schema: pa.Schema, configuration: dict[str, str]) -> TableReader:

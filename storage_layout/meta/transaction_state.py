@@ -59,6 +59,7 @@ class PendingOffset:
     partition: int
     offset: int
     metadata: str | None = None
+    leader_epoch: int = -1  # Kafka's committed leader epoch (-1: none; absent in older objects)
 
 
 @dataclass(frozen=True, slots=True)

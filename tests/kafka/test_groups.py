@@ -12,6 +12,9 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.kafka.test_clients import create, produce_all
+from tests.kafka.test_cluster import raw
+
+OFFSET_FETCH = 9
 
 pytestmark = pytest.mark.gateway
 
@@ -120,6 +123,23 @@ def test_a_restarted_member_resumes_from_its_committed_offset(bootstrap, topic_n
     again.close()
     assert [m.offset() for m in first] == [0, 1, 2, 3]
     assert [m.offset() for m in rest] == list(range(4, 11))
+
+
+def test_a_committed_leader_epoch_is_kept_with_its_offset(bootstrap, topic_name):
+    """OffsetCommit v6+ carries the epoch of the record before the offset; OffsetFetch v5+
+    gives it back (a restarted consumer validates its position with it, KIP-320). Older
+    versions, which have no such field, commit -1 and read the offset alone."""
+    create(bootstrap, topic_name, partitions=2)
+    group = f"g-{topic_name}"
+    consumer = group_consumer(bootstrap, group)
+    wanted = [TopicPartition(topic_name, 0, 5, leader_epoch=7), TopicPartition(topic_name, 1, 3)]
+    consumer.commit(offsets=wanted, asynchronous=False)
+    committed = consumer.committed([TopicPartition(topic_name, p) for p in (0, 1)], timeout=10)
+    consumer.close()
+    assert [(tp.offset, tp.leader_epoch) for tp in committed] == [(5, 7), (3, None)]
+    body = {"group_id": group, "topics": [{"name": topic_name, "partition_indexes": [0]}]}
+    [old] = raw(bootstrap, OFFSET_FETCH, 4, body).topics[0].partitions
+    assert (old.committed_offset, old.error_code.value) == (5, 0)
 
 
 def test_a_static_member_restarting_keeps_its_generation(bootstrap, http, topic_name):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -21,7 +22,7 @@ from storage_layout.meta.consumer_offsets import (
     GroupCommit,
     OffsetCommit,
 )
-from storage_layout.meta.table import META_FILES_MAX
+from storage_layout.meta.table import META_FILES_MAX, MetaTable, Verdict
 from storage_layout.records import TopicPartition
 
 
@@ -56,11 +57,11 @@ def test_commit_and_load_round_trip(tmp_path):
     """A commit's offsets, metadata, generation, member and time come back, also on another node."""
     node = ConsumerOffsets(str(tmp_path))
     held = node.take_group("g", 1, expected=None)
-    commits = [OffsetCommit("orders", 0, 42, "note"), OffsetCommit("orders", 3, 7)]
+    commits = [OffsetCommit("orders", 0, 42, "note", leader_epoch=3), OffsetCommit("orders", 3, 7)]
     node.commit("g", held, commits, generation=5, member_id="m-1", now_ms=1_700_000_000_123)
     expected = {
-        TopicPartition("orders", 0): CommittedOffset(42, "note", 5, "m-1", 1_700_000_000_123),
-        TopicPartition("orders", 3): CommittedOffset(7, None, 5, "m-1", 1_700_000_000_123),
+        TopicPartition("orders", 0): CommittedOffset(42, "note", 5, "m-1", 1_700_000_000_123, 3),
+        TopicPartition("orders", 3): CommittedOffset(7, None, 5, "m-1", 1_700_000_000_123, -1),
     }
     assert node.load("g") == expected
     assert ConsumerOffsets(str(tmp_path)).load("g") == expected
@@ -335,6 +336,35 @@ def test_table_is_plain_delta_with_the_documented_schema(tmp_path):
         assert latest["committed_at"].timestamp() == pytest.approx(1_700_000_000.001)
         node.keep_latest()
     assert table.num_rows == 1
+
+
+def test_a_table_from_before_the_leader_epoch_column_gains_it(tmp_path):
+    """A table written by a lakelog without `leader_epoch` (FORMAT.md §1): opening it adds
+    the column by a metadata-only commit, old rows read it as null (-1 in answers), new rows
+    keep it, and plain Delta readers see the documented schema."""
+    old_schema = pa.schema([f for f in CONSUMER_OFFSETS_SCHEMA if f.name != "leader_epoch"])
+    old = MetaTable(table_uri(tmp_path), old_schema)
+    row = {"group_id": "g", "topic": "t", "partition": 0, "offset": 5, "metadata": None,
+           "generation": 1, "member_id": "m", "committed_at": 0, "commit_sequence": 0}  # fmt: skip
+    assert old.append(pa.Table.from_pylist([row], old_schema), []) is Verdict.COMMITTED
+    before = DeltaTable(table_uri(tmp_path)).version()
+    node = ConsumerOffsets(str(tmp_path))
+    assert node.load("g")[TopicPartition("t", 0)].leader_epoch == -1
+    held = node.take_group("g", 1, expected=None)
+    node.commit("g", held, [OffsetCommit("t", 1, 9, leader_epoch=4)], generation=1, member_id="m")
+    loaded = ConsumerOffsets(str(tmp_path)).load("g")
+    assert {tp.partition: c.leader_epoch for tp, c in loaded.items()} == {0: -1, 1: 4}
+    delta = DeltaTable(table_uri(tmp_path))
+    assert delta.history()[-(before + 2)]["operation"] == "ADD COLUMNS"
+    table = delta.to_pyarrow_table()
+    assert table.schema == CONSUMER_OFFSETS_SCHEMA
+    assert sorted(table.column("leader_epoch").to_pylist(), key=str) == [4, None]
+    # an older node keeps writing rows without the column: they read as null too
+    old.refresh()
+    assert old.append(pa.Table.from_pylist([row | {"partition": 2}], old_schema), []) is (
+        Verdict.COMMITTED
+    )
+    assert ConsumerOffsets(str(tmp_path)).load("g")[TopicPartition("t", 2)].leader_epoch == -1
 
 
 def test_nodes_creating_the_table_at_once_all_open_it(tmp_path):

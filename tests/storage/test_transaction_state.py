@@ -29,7 +29,10 @@ def test_a_state_round_trips_with_its_partitions_and_offsets(tmp_path):
         status=TxnStatus.ONGOING,
         partitions=(TopicPartition("orders", 0), TopicPartition("audit", 2)),
         groups=("etl",),
-        offsets=(PendingOffset("etl", "orders", 0, 42, "meta"),),
+        offsets=(
+            PendingOffset("etl", "orders", 0, 42, "meta"),
+            PendingOffset("etl", "orders", 1, 7, None, 3),
+        ),
     )
     stored = store.save(state)
     assert stored.sequence == 1

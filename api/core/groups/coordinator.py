@@ -781,7 +781,12 @@ class GroupCoordinator:
                     slot.offsets.pop(tp, None)
                     continue
                 slot.offsets[tp] = CommittedOffset(
-                    commit.offset, commit.metadata, commit.generation, commit.member_id, now_ms
+                    commit.offset,
+                    commit.metadata,
+                    commit.generation,
+                    commit.member_id,
+                    now_ms,
+                    commit.leader_epoch,
                 )
         return results
 

@@ -205,7 +205,13 @@ async def offset_commit(connection: Connection, request, version: int) -> dict:
     # with generation -1 and no member id: allowed while the group has no members.
     generation = request.generation_id_or_member_epoch if member_id else NO_GENERATION
     commits = [
-        OffsetCommit(topic.name, p.partition_index, p.committed_offset, p.committed_metadata)
+        OffsetCommit(
+            topic.name,
+            p.partition_index,
+            p.committed_offset,
+            p.committed_metadata,
+            leader_epoch=getattr(p, "committed_leader_epoch", -1),  # v6+
+        )
         for topic in request.topics
         for p in topic.partitions
     ]
@@ -310,6 +316,7 @@ def _fetched(name: str, partitions: list[int], stored: dict, unstable: set) -> l
             {
                 "partition_index": index,
                 "committed_offset": -1 if committed is None else committed.offset,
+                "committed_leader_epoch": -1 if committed is None else committed.leader_epoch,
                 "metadata": None if committed is None else committed.metadata,
                 "error_code": code,
             }

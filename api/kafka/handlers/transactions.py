@@ -80,6 +80,7 @@ async def txn_offset_commit(connection: Connection, request, version: int) -> di
             p.partition_index,
             p.committed_offset,
             p.committed_metadata,
+            getattr(p, "committed_leader_epoch", -1),  # TxnOffsetCommit v2+
         )
         for topic in request.topics
         for p in topic.partitions
