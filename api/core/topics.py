@@ -12,6 +12,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
+from api.core.internal_topics import (
+    INTERNAL_TOPICS,
+    InternalTopicAccess,
+    internal_topic,
+    is_internal,
+)
 from storage_layout.errors import TopicExists, TopicNotFound
 from storage_layout.meta.catalog import TopicCatalog, TopicInfo, check_partition_count
 from storage_layout.meta.topic_defaults import read_topic_defaults, write_topic_defaults
@@ -79,6 +85,20 @@ class Topics:
         await self.refresh()
         return sorted(self._topics.values(), key=lambda topic: topic.name)
 
+    def internal_views(self) -> list[TopicInfo]:
+        """Kafka's internal topics as lakelog lists them (api/core/internal_topics.py),
+        except any a catalog topic of the same name hides. For listing (no I/O): their
+        configs leave out the cluster's defaults, which `describe` adds."""
+        return [internal_topic(n, {}) for n in INTERNAL_TOPICS if n not in self._topics]
+
+    async def describe(self, name: str) -> TopicInfo:
+        """`get`, or the view of an internal topic: for what describes topics (Metadata,
+        DescribeConfigs), never for what reads or writes them."""
+        try:
+            return await self.get(name)
+        except InternalTopicAccess:
+            return internal_topic(name, await self._blocking(read_topic_defaults, self._root))
+
     async def recent(self) -> list[TopicInfo]:
         """Every topic, from the cache unless it is older than `refresh_ms` (what `get`
         tolerates): for frequent callers, such as group heartbeats, which must not read the
@@ -97,6 +117,7 @@ class Topics:
 
         Raises:
             TopicNotFound: no topic has that name.
+            InternalTopicAccess: the name is one of Kafka's internal topics (a view only).
         """
         now = self._clock()
         if name not in self._topics:
@@ -105,10 +126,12 @@ class Topics:
             await self._read_since(now - self._refresh_s)
         topic = self._topics.get(name)
         if topic is None:
-            raise TopicNotFound(name)
+            raise InternalTopicAccess(name) if is_internal(name) else TopicNotFound(name)
         return topic
 
     async def create(self, name: str, *, partitions: int, configs: Mapping[str, object]):
+        if is_internal(name):
+            raise TopicExists(name)  # as Kafka answers: the internal topic is there
         topic = await self._blocking(
             self._catalog.create_topic, name, partitions, overrides=configs
         )
@@ -121,7 +144,7 @@ class Topics:
         """What create would create, without creating it (v3 `validate_only`)."""
         validate_topic_name(name)
         await self.refresh()
-        if name in self._topics:
+        if name in self._topics or is_internal(name):
             raise TopicExists(name)
         check_partition_count(partitions)
         overrides = normalized(configs)

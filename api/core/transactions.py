@@ -29,6 +29,7 @@ from api.core.errors import (
     TransactionalIdNotFound,
     TransactionCoordinatorUnavailable,
 )
+from api.core.internal_topics import TRANSACTION_SLOTS, TRANSACTION_TOPIC
 from api.core.writer import TransactionMarker
 from storage_layout.errors import ProducerFenced
 from storage_layout.meta.consumer_offsets import OffsetCommit
@@ -43,8 +44,6 @@ from storage_layout.meta.transaction_state import (
 from storage_layout.partitioner import murmur2, to_positive
 from storage_layout.schema import CONTROL_ABORT, CONTROL_COMMIT
 
-TRANSACTION_TOPIC = "__transaction_state"
-TRANSACTION_SLOTS = 50  # Kafka's transaction.state.log.num.partitions
 TIMEOUT_MS_MAX = 900_000  # Kafka's transaction.max.timeout.ms
 SWEEP_S = 1.0  # how often expired and half-completed transactions are looked for
 RESCAN_S = 10.0  # how often the store is listed for transactional ids coordinated here

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from tests import apache_kafka
 from tests.gateway_process import start_gateway
@@ -55,6 +55,37 @@ def test_kafka_topics(bootstrap, topic_name):
     assert topic_name not in run("kafka-topics", *server, "--list").stdout.split()
     missing = run("kafka-topics", *server, "--describe", "--topic", topic_name, ok=False)
     assert missing.returncode == 1 and "does not exist" in missing.stdout
+
+
+def test_internal_topics_are_listed_and_described_but_never_written_or_read(bootstrap):
+    """`__consumer_offsets` and `__transaction_state` appear as Kafka's tools show them
+    (internal, 50 partitions, compacted); their content lives in `_meta`, so a produce or a
+    fetch is refused with INVALID_TOPIC_EXCEPTION and a message saying where it is."""
+    server = ("--bootstrap-server", bootstrap)
+    listed = run("kafka-topics", *server, "--list").stdout.split()
+    assert {"__consumer_offsets", "__transaction_state"} <= set(listed)
+    external = run("kafka-topics", *server, "--list", "--exclude-internal").stdout.split()
+    assert "__consumer_offsets" not in external
+    described = run("kafka-topics", *server, "--describe", "--topic", "__consumer_offsets").stdout
+    assert "PartitionCount: 50" in described and "Configs: cleanup.policy=compact" in described
+    create = ("--create", "--topic", "__transaction_state", "--partitions", "1")
+    again = run("kafka-topics", *server, *create, ok=False)
+    assert "Topic '__transaction_state' already exists." in again.stdout
+
+    reports = []
+    producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 10000})
+    producer.produce(
+        "__consumer_offsets", b"v", partition=0, on_delivery=lambda e, m: reports.append(e)
+    )
+    producer.flush(15)
+    assert [e.code() for e in reports] == [KafkaError.TOPIC_EXCEPTION]
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "internal-reader"})
+    consumer.assign([TopicPartition("__consumer_offsets", 0, 0)])
+    try:
+        errors = [m.error() for m in (consumer.poll(1) for _ in range(10)) if m and m.error()]
+    finally:
+        consumer.close()
+    assert errors and errors[0].code() == KafkaError.TOPIC_EXCEPTION
 
 
 def test_kafka_configs(bootstrap, topic_name):

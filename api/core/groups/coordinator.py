@@ -54,6 +54,7 @@ from api.core.groups.errors import (
     UnknownMemberId,
 )
 from api.core.groups.group import Group, GroupState, JoinRequest, MemberView
+from api.core.internal_topics import COORDINATOR_SLOTS, COORDINATOR_TOPIC
 from storage_layout.errors import LeadershipConflict
 from storage_layout.log import Leadership
 from storage_layout.meta.consumer_offsets import (
@@ -69,8 +70,6 @@ from storage_layout.records import TopicPartition
 
 log = logging.getLogger("lakelog.groups")
 
-COORDINATOR_SLOTS = 50  # Kafka's offsets.topic.num.partitions: groups map to slots, slots to nodes
-COORDINATOR_TOPIC = "__consumer_offsets"
 TICK_S = 0.1  # how often sessions expire and rebalance deadlines are checked
 METADATA_CHECK_S = 5.0  # how often subscribed topics are checked for new partitions or matches
 SESSION_TIMEOUT_MS_RANGE = (1_000, 1_800_000)  # Kafka's group.min/max.session.timeout.ms

@@ -7,6 +7,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from api.core.internal_topics import is_internal
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code
 from api.kafka.messages import milliseconds
@@ -22,7 +23,7 @@ async def metadata(connection: Connection, request, version: int) -> dict:
     broker = connection.broker
     names = _requested_topics(request, version)
     if names is None:  # every topic the principal may see, as Kafka filters its answer
-        topics = await broker.topics.list_all()
+        topics = await broker.topics.list_all() + broker.topics.internal_views()
         visible = [t for t in topics if connection.permits("DESCRIBE", "topic", t.name)]
         described = [_topic(connection, topic, request) for topic in visible]
     else:
@@ -82,7 +83,7 @@ async def _named_topic(connection: Connection, name: str, request) -> dict:
     broker = connection.broker
     try:
         connection.check("DESCRIBE", "topic", name)
-        return _topic(connection, await broker.topics.get(name), request)
+        return _topic(connection, await broker.topics.describe(name), request)
     except TopicNotFound as missing:
         auto = getattr(request, "allow_auto_topic_creation", False)
         may_create = connection.permits("CREATE", "cluster", CLUSTER_RESOURCE_NAME)
@@ -139,6 +140,7 @@ def _topic(connection: Connection, topic: TopicInfo, request, indexes: range | N
         "error_code": ErrorCode.none,
         "name": topic.name,
         "topic_id": topic_uuid(topic),
+        "is_internal": is_internal(topic.name) and topic.name not in broker.topics.cached(),
         "partitions": partitions,
     }
     # Eight ACL decisions per topic: only when asked for (Kafka's default is "not requested").
@@ -156,7 +158,10 @@ async def describe_topic_partitions(connection: Connection, request, version: in
     first = cursor.topic_name if cursor is not None else ""
     every = not request.topics
     if every:
-        names = sorted(t.name for t in await connection.broker.topics.list_all())
+        listed = (
+            await connection.broker.topics.list_all() + connection.broker.topics.internal_views()
+        )
+        names = sorted(t.name for t in listed)
     else:
         names = sorted({topic.name for topic in request.topics})
     names = [name for name in names if name >= first]
@@ -175,7 +180,7 @@ async def describe_topic_partitions(connection: Connection, request, version: in
             next_cursor = {"topic_name": name, "partition_index": 0}
             break
         try:
-            topic = await connection.broker.topics.get(name)
+            topic = await connection.broker.topics.describe(name)
         except Exception as error:
             if not every:
                 topics.append(_refused_topic(name, error_code(error)))
@@ -183,7 +188,6 @@ async def describe_topic_partitions(connection: Connection, request, version: in
         start = cursor.partition_index if cursor is not None and name == first else 0
         stop = min(topic.partitions, start + remaining)
         described = _topic(connection, topic, request, range(start, stop))
-        described["is_internal"] = False
         described["topic_authorized_operations"] = connection.authorized_operations("topic", name)
         topics.append(described)
         remaining -= stop - start

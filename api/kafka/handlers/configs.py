@@ -71,7 +71,7 @@ async def _describe(connection: Connection, resource, include_synonyms: bool) ->
 
 
 async def _topic_configs(connection: Connection, name: str, include_synonyms: bool) -> list[dict]:
-    topic = await connection.broker.topics.get(name)
+    topic = await connection.broker.topics.describe(name)
     return [
         {
             "name": config.name,
