@@ -26,6 +26,8 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.MemberDescription;
+import org.apache.kafka.clients.admin.MemberToRemove;
+import org.apache.kafka.clients.admin.RemoveMembersFromConsumerGroupOptions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
@@ -74,6 +76,8 @@ public final class ConsumerProtocol {
             case "range" -> run.range();
             case "bad-assignor" -> run.badAssignor();
             case "upgrade" -> run.upgrade();
+            case "downgrade" -> run.downgrade();
+            case "remove-static" -> run.removeStatic();
             default -> throw new IllegalArgumentException("no scenario " + args[0]);
         }
         System.out.println(new ObjectMapper().writeValueAsString(run.out));
@@ -444,6 +448,66 @@ public final class ConsumerProtocol {
         n2.close();
         out.put("errors", errors(c1, c2, n1, n2));
         recordSeen(count);
+    }
+
+    /** KIP-848's online downgrade: two classic members and one consumer protocol member share
+     * the group (a consumer group); when the consumer member leaves, only classic members
+     * remain and the group is a classic group again. No record is read twice. */
+    private void downgrade() throws Exception {
+        String topic = name;
+        int count = 3000;
+        createTopics(4, topic);
+        produce(topic, count);
+        Map<String, Object> classic = Map.of(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic",
+                ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, 500);
+        Member c1 = paced(new Member("classic-1", List.of(topic), classic)).start();
+        Member c2 = paced(new Member("classic-2", List.of(topic), classic)).start();
+        await("two classic members", () -> c1.held.size() == 2 && c2.held.size() == 2);
+        Member n1 = paced(new Member("consumer-1", List.of(topic), Map.of())).start();
+        await("the consumer member holding", () -> !n1.held.isEmpty());
+        try (Admin admin = admin()) {
+            out.put("mixed", view(describe(admin)).get("type"));
+        }
+        n1.close();
+        out.put("left_before_end", count - seen.size());
+        c1.paceMs = 0;
+        c2.paceMs = 0;
+        await("all records", () -> allSeen(count));
+        await("the classic members holding everything", () -> c1.held.size() + c2.held.size() == 4);
+        try (Admin admin = admin()) {
+            await("a stable group", () -> stable(admin));
+            out.put("group", view(describe(admin)));
+        }
+        c1.close();
+        c2.close();
+        out.put("errors", errors(c1, c2, n1));
+        recordSeen(count);
+    }
+
+    /** An administrator removes a static member by its group.instance.id alone (LeaveGroup
+     * v3+, as kafka-consumer-groups and Kafka Streams do): known, it goes; unknown, Kafka's
+     * UnknownMemberIdException. */
+    private void removeStatic() throws Exception {
+        createTopics(2, name);
+        Member member = new Member("static", List.of(name),
+                Map.of(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, "inst-1")).start();
+        await("the static member holding", () -> member.held.size() == 2);
+        String group = name + "-group";
+        try (Admin admin = admin()) {
+            var removal = admin.removeMembersFromConsumerGroup(group,
+                    new RemoveMembersFromConsumerGroupOptions(List.of(new MemberToRemove("inst-1"))));
+            removal.all().get();
+            out.put("removed", true);
+            var unknown = admin.removeMembersFromConsumerGroup(group,
+                    new RemoveMembersFromConsumerGroupOptions(List.of(new MemberToRemove("nobody"))));
+            try {
+                unknown.all().get();
+                out.put("unknown", "none");
+            } catch (java.util.concurrent.ExecutionException refused) {
+                out.put("unknown", refused.getCause().getClass().getSimpleName());
+            }
+        }
+        member.close();
     }
 
     private static Member paced(Member member) {

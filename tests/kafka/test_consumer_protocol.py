@@ -103,6 +103,26 @@ def test_a_classic_group_upgraded_online_keeps_its_offsets(consumer_protocol, bo
     assert sum(o["offset"] for o in stored) == 3000
 
 
+def test_a_consumer_group_left_with_classic_members_is_classic_again(consumer_protocol, bootstrap):
+    """KIP-848's online downgrade: when the group's one consumer protocol member leaves, its
+    two classic members remain and the group is a classic group again; nothing read twice."""
+    name = f"kip848-{uuid.uuid4().hex[:8]}"
+    seen = consumer_protocol("downgrade", bootstrap, name)
+    assert seen["errors"] == []
+    assert seen["mixed"] == "Consumer"
+    assert seen["left_before_end"] > 0  # the partitions moved while records remained
+    assert (seen["consumed"], seen["duplicates"], seen["overlaps"]) == (3000, 0, 0)
+    group = seen["group"]
+    assert (group["type"], group["state"]) == ("Classic", "Stable")
+    assert sorted(len(member["partitions"]) for member in group["members"]) == [2, 2]
+
+
+def test_an_administrator_removes_a_static_member_by_instance_id(consumer_protocol, bootstrap):
+    """LeaveGroup v3+ naming only group.instance.id finds consumer protocol members too."""
+    seen = consumer_protocol("remove-static", bootstrap, f"kip848-{uuid.uuid4().hex[:8]}")
+    assert (seen["removed"], seen["unknown"]) == (True, "UnknownMemberIdException")
+
+
 # ---- bad heartbeats: the same refusals as Apache Kafka ---------------------------------------
 
 

@@ -101,6 +101,8 @@ class ClassicJoin:
     topics: frozenset[str]
     owned: Partitions
     protocol: str  # the assignor name the member is answered with (its first)
+    # every (assignor, metadata) it offered: kept for a downgrade to a classic group
+    protocols: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,7 @@ class ConsumerMember:
     # and the protocol name it is answered with. None for a consumer protocol member.
     classic_session_timeout_ms: int | None = None
     classic_protocol: str | None = None
+    classic_protocols: tuple[tuple[str, bytes], ...] = ()  # its JoinGroup's (assignor, metadata)
     topic_filter: Callable[[str], bool] | None = None  # see Heartbeat.topic_filter
 
     @property
@@ -280,6 +283,7 @@ class ConsumerGroup:
         member.classic_session_timeout_ms = join.session_timeout_ms
         member.rebalance_timeout_ms = join.rebalance_timeout_ms
         member.classic_protocol = join.protocol
+        member.classic_protocols = join.protocols
         if join.topics != member.topic_names:
             member.topic_names = join.topics
             self._bump()
@@ -325,6 +329,16 @@ class ConsumerGroup:
             raise RebalanceInProgress(
                 f"Group '{self.group_id}' has a new assignment for member {member_id}: join again."
             )
+
+    def static_member_id(self, instance_id: str) -> str | None:
+        """The member id of the static member with that group.instance.id, if any."""
+        member_id = self._instances.get(instance_id)
+        return member_id if member_id in self.members else None
+
+    def only_classic_members(self) -> bool:
+        """Whether members remain and every one is classic: KIP-848's downgrade then turns
+        the group back into a classic group (Kafka's default migration policy)."""
+        return bool(self.members) and all(m.classic for m in self.members.values())
 
     # ---- views -------------------------------------------------------------------------------
 

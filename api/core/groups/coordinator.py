@@ -53,7 +53,14 @@ from api.core.groups.errors import (
     RebalanceInProgress,
     UnknownMemberId,
 )
-from api.core.groups.group import Group, GroupState, JoinRequest, MemberView
+from api.core.groups.group import (
+    Group,
+    GroupState,
+    JoinRequest,
+    Member,
+    MemberView,
+    Subscription,
+)
 from api.core.internal_topics import COORDINATOR_SLOTS, COORDINATOR_TOPIC
 from storage_layout.errors import LeadershipConflict
 from storage_layout.log import Leadership
@@ -329,12 +336,44 @@ class GroupCoordinator:
         slot.consumer.classic_heartbeat(member_id, generation)
 
     async def leave(self, group_id: str, member_id: str) -> None:
+        """Kafka's LeaveGroup by member id. In a consumer group only a classic member leaves
+        so; a consumer protocol member leaves by its heartbeat (Kafka: UNKNOWN_MEMBER_ID)."""
         slot = await self._slot(group_id)
+        if slot.consumer is not None:
+            member = slot.consumer.members.get(member_id)
+            if member is not None and not member.classic:
+                raise UnknownMemberId(
+                    f"Member {member_id} of consumer group '{group_id}' uses the consumer "
+                    "protocol: it leaves with a ConsumerGroupHeartbeat of epoch -1."
+                )
+            slot.consumer.leave(member_id, LEAVE_EPOCH, None)
+        else:
+            slot.group.leave(member_id)
+        self._notify(slot)
+        self._maybe_downgrade(group_id, slot)
+
+    async def remove_static_member(self, group_id: str, instance_id: str) -> str:
+        """LeaveGroup v3+ by group.instance.id alone (an administrator's removal, as
+        `kafka-consumer-groups --delete` and Kafka Streams use): the static member goes,
+        whichever protocol it uses. Returns its member id.
+
+        Raises:
+            UnknownMemberId: no member has that instance id.
+        """
+        slot = await self._slot(group_id)
+        container = slot.consumer if slot.consumer is not None else slot.group
+        member_id = container.static_member_id(instance_id)
+        if member_id is None:
+            raise UnknownMemberId(
+                f"No member of group '{group_id}' has group.instance.id '{instance_id}'."
+            )
         if slot.consumer is not None:
             slot.consumer.leave(member_id, LEAVE_EPOCH, None)
         else:
             slot.group.leave(member_id)
         self._notify(slot)
+        self._maybe_downgrade(group_id, slot)
+        return member_id
 
     async def group(self, group_id: str) -> Group:
         return (await self._slot(group_id)).group
@@ -361,6 +400,7 @@ class GroupCoordinator:
         consumer = self._become_consumer(group_id, slot, joining=beat.member_epoch == 0)
         answer = consumer.heartbeat(beat, await self._topics())
         self._notify(slot)
+        self._maybe_downgrade(group_id, slot)
         return answer
 
     async def consumer_group(self, group_id: str) -> ConsumerGroup:
@@ -415,6 +455,25 @@ class GroupCoordinator:
             group.hand_over()
             log.info("group %s upgraded to a consumer group", group_id)
         return slot.consumer
+
+    def _maybe_downgrade(self, group_id: str, slot: _GroupSlot) -> None:
+        """KIP-848's online downgrade: when the last consumer protocol member has left (or
+        its session expired) and classic members remain, the group is a classic group again;
+        they keep their partitions until they have joined it."""
+        consumer = slot.consumer
+        if consumer is None or not consumer.only_classic_members():
+            return
+        now_s = self._clock()
+        members = [_downgraded(m, now_s) for m in consumer.members.values()]
+        protocol = next(iter(consumer.members.values())).classic_protocol
+        # The generation the classic members are at (the epoch before the leave bumped it,
+        # as Kafka converts the group as it was): their heartbeats and commits stay valid
+        # until they have joined the rebalance.
+        generation = max(m.epoch for m in consumer.members.values())
+        slot.group.adopt(members, generation, protocol)
+        slot.consumer = None
+        self._notify(slot)
+        log.info("group %s downgraded to a classic group", group_id)
 
     def _become_classic(self, slot: _GroupSlot) -> None:
         """An empty consumer group a classic member joins is a classic group again."""
@@ -665,6 +724,7 @@ class GroupCoordinator:
         for group_id, slot in list(self._slots.items()):
             if slot.consumer is not None:
                 self._tick_consumer_group(slot, partitions)
+                self._maybe_downgrade(group_id, slot)
                 continue
             group = slot.group
             if group.expire():
@@ -813,6 +873,7 @@ def _classic_join(request: JoinRequest) -> ClassicJoin:
         topics=frozenset(subscription.topics),
         owned=frozenset(subscription.owned),
         protocol=protocol,
+        protocols=request.protocol_metadata,
     )
 
 
@@ -840,6 +901,25 @@ def _adopted(member, group: Group) -> ConsumerMember:
         assigned=frozenset(member.assignment),
         classic_session_timeout_ms=member.session_timeout_ms,
         classic_protocol=group.protocol,
+        classic_protocols=tuple((member.protocol_metadata or {}).items()),
+    )
+
+
+def _downgraded(member: ConsumerMember, now_s: float) -> Member:
+    """A consumer group's classic member as a classic group's, with what it holds."""
+    return Member(
+        member_id=member.member_id,
+        client_id=member.client_id,
+        group_instance_id=member.instance_id,
+        session_timeout_ms=member.classic_session_timeout_ms,
+        rebalance_timeout_ms=member.rebalance_timeout_ms,
+        subscription=Subscription(topics=member.topic_names),
+        assignors=tuple(name for name, _ in member.classic_protocols),
+        server_driven=False,
+        last_seen_s=now_s,
+        assignment=frozenset(member.assigned),
+        protocol_metadata=dict(member.classic_protocols),
+        assignment_bytes=encode_assignment(tuple(sorted(member.assigned))),
     )
 
 

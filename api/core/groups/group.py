@@ -333,6 +333,23 @@ class Group:
         if self.members:
             self._prepare_rebalance()
 
+    def static_member_id(self, instance_id: str) -> str | None:
+        """The member id of the static member with that group.instance.id, if any."""
+        member_id = self._instances.get(instance_id)
+        return member_id if member_id in self.members else None
+
+    def adopt(self, members: list[Member], generation: int, protocol: str | None) -> None:
+        """KIP-848's downgrade: a consumer group's remaining members, all classic, become
+        this group's at the consumer group's epoch, each keeping its assignment; a rebalance
+        starts, so each joins again (REBALANCE_IN_PROGRESS or ILLEGAL_GENERATION at its next
+        heartbeat, as Kafka answers) and its leader assigns."""
+        self.members = {m.member_id: m for m in members}
+        self._instances = {m.group_instance_id: m.member_id for m in members if m.group_instance_id}
+        self.generation, self.protocol, self.protocol_type = generation, protocol, "consumer"
+        self.leader_id = self._sorted_members()[0].member_id
+        self.state = GroupState.STABLE
+        self._prepare_rebalance()
+
     def hand_over(self) -> None:
         """Its members moved into a consumer group (KIP-848's upgrade): it is left empty, its
         generation kept."""

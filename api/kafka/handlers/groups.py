@@ -172,10 +172,10 @@ async def leave_group(connection: Connection, request, version: int) -> dict:
     for member in request.members:
         code = ErrorCode.none
         try:
-            member_id = member.member_id or await _static_member(
-                connection, request.group_id, member.group_instance_id
-            )
-            await groups.leave(request.group_id, member_id)
+            if member.member_id or not member.group_instance_id:
+                await groups.leave(request.group_id, member.member_id)
+            else:
+                await groups.remove_static_member(request.group_id, member.group_instance_id)
         except Exception as error:
             code = error_code(error)
         results.append(
@@ -186,14 +186,6 @@ async def leave_group(connection: Connection, request, version: int) -> dict:
             }
         )
     return {"throttle_time": 0, "error_code": ErrorCode.none, "members": results}
-
-
-async def _static_member(connection: Connection, group_id: str, instance_id: str | None) -> str:
-    group = await connection.broker.groups.group(group_id)
-    for member in group.members.values():
-        if instance_id and member.group_instance_id == instance_id:
-            return member.member_id
-    return ""  # unknown: leave() answers UNKNOWN_MEMBER_ID
 
 
 # ---- offsets -------------------------------------------------------------------------------
