@@ -407,13 +407,9 @@ public final class ConsumerProtocol {
     private void upgrade() throws Exception {
         String topic = name;
         int count = 3000;
-        createTopics(4, topic);
-        produce(topic, count);
-        Map<String, Object> classic = Map.of(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic",
-                ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, 500);
-        Member c1 = paced(new Member("classic-1", List.of(topic), classic)).start();
-        Member c2 = paced(new Member("classic-2", List.of(topic), classic)).start();
-        await("two classic members", () -> c1.held.size() == 2 && c2.held.size() == 2);
+        List<Member> pair = classicPair(topic, count);
+        Member c1 = pair.get(0);
+        Member c2 = pair.get(1);
         long started = System.currentTimeMillis();
         Member n1 = paced(new Member("consumer-1", List.of(topic), Map.of())).start();
         await("the first consumer member holding", () -> !n1.held.isEmpty());
@@ -456,13 +452,9 @@ public final class ConsumerProtocol {
     private void downgrade() throws Exception {
         String topic = name;
         int count = 3000;
-        createTopics(4, topic);
-        produce(topic, count);
-        Map<String, Object> classic = Map.of(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic",
-                ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, 500);
-        Member c1 = paced(new Member("classic-1", List.of(topic), classic)).start();
-        Member c2 = paced(new Member("classic-2", List.of(topic), classic)).start();
-        await("two classic members", () -> c1.held.size() == 2 && c2.held.size() == 2);
+        List<Member> pair = classicPair(topic, count);
+        Member c1 = pair.get(0);
+        Member c2 = pair.get(1);
         Member n1 = paced(new Member("consumer-1", List.of(topic), Map.of())).start();
         await("the consumer member holding", () -> !n1.held.isEmpty());
         try (Admin admin = admin()) {
@@ -508,6 +500,19 @@ public final class ConsumerProtocol {
             }
         }
         member.close();
+    }
+
+    /** Two paced classic members of a new 4-partition topic of `count` records, holding two
+     * partitions each. */
+    private List<Member> classicPair(String topic, int count) throws Exception {
+        createTopics(4, topic);
+        produce(topic, count);
+        Map<String, Object> classic = Map.of(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic",
+                ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, 500);
+        Member c1 = paced(new Member("classic-1", List.of(topic), classic)).start();
+        Member c2 = paced(new Member("classic-2", List.of(topic), classic)).start();
+        await("two classic members", () -> c1.held.size() == 2 && c2.held.size() == 2);
+        return List.of(c1, c2);
     }
 
     private static Member paced(Member member) {
