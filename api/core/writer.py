@@ -249,6 +249,12 @@ class PartitionWriter:
         if changed:
             self._states = None
             self._looked_up.clear()  # producers may now be found where they were not
+            if self.log.superseded():
+                # Deposed, though no append of ours has failed yet: leaders.writer takes the
+                # partition again or sends clients to its leader, and Metadata stops naming
+                # the epoch this writer held (a client fenced by the epoch in the table would
+                # otherwise be given the same stale epoch again and again).
+                self.deposed = True
             self._wake_fetchers()
         return changed
 

@@ -194,6 +194,13 @@ class DeltaPartitionLog:
     def held_leadership(self) -> Leadership | None:
         return self._held
 
+    def superseded(self) -> bool:
+        """Whether this log holds a leadership that the loaded snapshot names no more (its
+        next append would be refused): another node took the partition, or handed it back to
+        this node under a newer epoch while this one was paused. No I/O. Unfenced logs
+        (control runs) are never superseded."""
+        return self._fenced and self._held is not None and self.leader() != self._held
+
     def commit_leadership(
         self, node_id: int, *, expected: Leadership | None, hold: bool
     ) -> Leadership:

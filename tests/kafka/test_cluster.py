@@ -5,6 +5,8 @@ and a killed leader's partitions move to a live node without losing an acknowled
 
 from __future__ import annotations
 
+import os
+import signal
 import struct
 import time
 
@@ -355,6 +357,55 @@ def test_leader_epochs_grow_with_each_leader_and_mark_what_each_wrote(two_nodes,
     assert (latest.offset, latest.leader_epoch) == (5, 1)
 
 
+def test_a_paused_leader_given_its_partition_back_serves_readers_at_the_new_epoch(
+    two_nodes, topic_name
+):
+    """Node 0 leads (epoch 0) and is paused past its lease; node 1 takes the partition
+    (epoch 1), writes, and hands it back once node 0 lives again (epoch 2, node 0). Node 0's
+    writer of epoch 0 was never refused an append, yet it must not go on naming epoch 0 in
+    Metadata: Fetch checks the epoch in the table, and a client given epoch 0 again and again
+    was fenced forever (found by TX with Kafka's Java copiers)."""
+    first, second = two_nodes
+    admin = AdminClient({"bootstrap.servers": second.kafka_address})
+    wait_for_both(admin)
+    topic_name = spread_name(topic_name)  # node 0 leads partition 0
+    admin.create_topics([NewTopic(topic_name, 2, 1)])[topic_name].result(30)
+    produce_all(first.kafka_address, topic_name, [{"value": b"a", "partition": 0}] * 3)
+    assert leader_epoch(first.kafka_address, topic_name) == 0
+    os.kill(first.process.pid, signal.SIGSTOP)
+    try:
+        after = [{"value": b"b", "partition": 0}] * 2
+        produce_all(second.kafka_address, topic_name, after, **{"message.timeout.ms": 60000})
+    finally:
+        os.kill(first.process.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 30  # node 1 hands the partition back to node 0
+    while leader_of(second.kafka_address, topic_name) != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leader_of(second.kafka_address, topic_name) == 0
+    reader = Consumer(
+        {"bootstrap.servers": first.kafka_address, "group.id": f"g-{topic_name}",
+         "isolation.level": "read_committed", "enable.auto.commit": False}
+    )  # fmt: skip
+    reader.assign([TopicPartition(topic_name, 0, 0)])
+    try:
+        offsets = poll_offsets(reader, 5, timeout_s=30)
+    finally:
+        reader.close()
+    assert offsets == [0, 1, 2, 3, 4]
+    assert leader_epoch(first.kafka_address, topic_name) >= 2
+
+
+def leader_of(address: str, topic: str) -> int:
+    body = {
+        "topics": [{"name": topic}],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    }
+    metadata = raw(address, METADATA, 12, body)
+    [partition] = [p for p in metadata.topics[0].partitions if p.partition_index == 0]
+    return partition.leader_id
+
+
 def leader_epoch(address: str, topic: str) -> int:
     body = {
         "topics": [{"name": topic}],
@@ -366,5 +417,5 @@ def leader_epoch(address: str, topic: str) -> int:
     return partition.leader_epoch
 
 
-def poll_offsets(consumer, count: int) -> list[int]:
-    return [message.offset() for message in poll_messages(consumer, count)]
+def poll_offsets(consumer, count: int, timeout_s: float = 90) -> list[int]:
+    return [message.offset() for message in poll_messages(consumer, count, timeout_s)]

@@ -80,3 +80,23 @@ def test_user_transactions_cannot_take_an_epoch_app_id(led_table):
         log.append_once(
             [NewRecord(None, b"x")], config=CONFIG, transaction=AppTransaction("leader_epoch:9", 1)
         )
+
+
+def test_a_paused_leader_sees_itself_superseded_once_it_reads_the_table(tmp_path):
+    """Node 1 leads (epoch 0) and pauses; node 2 takes the partition (epoch 1), writes, and
+    hands it back to node 1 (epoch 2). Node 1's log still holds epoch 0: its catch-up shows
+    it is superseded, although the table names node 1 again."""
+    uri = str(tmp_path / "orders" / "0")
+    DeltaPartitionLog.create(uri)
+    paused, other = DeltaPartitionLog.open(uri), DeltaPartitionLog.open(uri)
+    held = paused.commit_leadership(1, expected=None, hold=True)
+    append(paused, 1)
+    assert not paused.superseded()
+    other.reload()
+    taken = other.commit_leadership(2, expected=held, hold=True)
+    append(other, 2)
+    other.commit_leadership(1, expected=taken, hold=False)  # the hand-back
+    assert not paused.superseded()  # it has not read the table since
+    assert paused.catch_up()
+    assert paused.leader().node_id == 1 and paused.superseded()
+    assert not DeltaPartitionLog.open(uri, fenced=False).superseded()  # holds nothing
