@@ -15,7 +15,7 @@ figures.
 - T4: retention and key compaction jobs (engine local) every few seconds during produce and
   poll traffic; probes below the log start must get 416, never shifted records.
 - TX: exactly-once copy with transactional librdkafka copiers under kill -9 and pauses
-  (chaos/transactions.py).
+  (chaos/transactions.py); TX2 the same with Kafka's Java clients (transactions v2, KIP-890).
 - TK: T1 with Kafka's own client: librdkafka idempotent producers send through the gateway's
   Kafka listener (its port kept across restarts) while the gateway is `kill -9`ed and
   restarted; the same checker, so no acked record may be lost or written twice.
@@ -66,7 +66,7 @@ from chaos.history import (
     load,
     operations,
 )
-from chaos.transactions import run_tx
+from chaos.transactions import run_tx, run_tx2
 from tests.gateway_process import GatewayProcess, free_port, start_gateway
 
 DRAIN_TIMEOUT_S = 120.0
@@ -1091,6 +1091,7 @@ SCENARIOS = {
     "T4": run_t4,
     "TK": run_tk,
     "TX": run_tx,
+    "TX2": run_tx2,
 }
 
 __all__ = [

@@ -1,8 +1,10 @@
 """TX: exactly-once copy under faults, in the spirit of Kafka's TransactionsTest.
 
 Copiers (librdkafka consumers and transactional producers, unmodified clients on the Kafka
-port) copy an input topic to an output topic: each batch is read, written to the output inside
-a transaction together with its input offsets (send_offsets_to_transaction), and committed;
+port; in TX2 Apache Kafka's Java clients, chaos/java/TxCopier.java, whose Kafka 4 producer
+uses KIP-890's second transaction protocol) copy an input topic to an output topic: each
+batch is read, written to the output inside a transaction together with its input offsets
+(send_offsets_to_transaction), and committed;
 any failure aborts the transaction and rewinds the consumer to its committed offsets, as the
 exactly-once loop of Kafka's docs does. Meanwhile gateways are `kill -9`ed and restarted, and
 paused (SIGSTOP past their leases, then SIGCONT), and a read_committed reader tails the output.
@@ -28,6 +30,8 @@ from __future__ import annotations
 import json
 import random
 import signal
+import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -45,6 +49,7 @@ from confluent_kafka import (
 )
 
 from chaos.history import GATEWAY_KILL, Recorder
+from tests import apache_kafka
 from tests.gateway_process import free_port
 
 TRANSACTION_TIMEOUT_MS = 20_000
@@ -53,6 +58,7 @@ PAUSE_S = (2.0, 6.0)
 CLIENT_TIMEOUT_S = 30.0
 GROUP = "tx-copier"
 QUIET_S = 3.0
+JAVA_SOURCES = Path(__file__).parent / "java"
 
 
 @dataclass
@@ -133,6 +139,8 @@ class TxRun:
     committed_transactions: int
     aborted_transactions: int
     log_path: Path
+    client: str = "librdkafka"
+    client_errors: Counter = field(default_factory=Counter)  # what the copiers met, by name
 
     @property
     def passed(self) -> bool:
@@ -142,8 +150,11 @@ class TxRun:
         faults = ", ".join(f"{k}={v}" for k, v in sorted(self.faults.items())) or "none"
         return "\n".join(
             [
-                f"scenario TX elapsed={self.elapsed_s:.1f}s log {self.log_path}",
+                f"scenario TX ({self.client} copiers) elapsed={self.elapsed_s:.1f}s "
+                f"log {self.log_path}",
                 f"faults: {faults}",
+                "client errors: "
+                + (", ".join(f"{k}={v}" for k, v in sorted(self.client_errors.items())) or "none"),
                 f"transactions: committed={self.committed_transactions} "
                 f"aborted={self.aborted_transactions} begun={len(self.log.begun)}",
                 f"input records: {len(self.log.inputs)}, output read: {len(self.log.final)}",
@@ -264,6 +275,56 @@ class Copier:
         return True
 
 
+class JavaCopier:
+    """One copier with Kafka's Java clients (chaos/java/TxCopier.java) in a process of its
+    own, recreating its clients itself after a fatal error; its events (one JSON object per
+    line) go into the log as the Python copier's do. It stops when its input is closed."""
+
+    def __init__(self, index: int, bootstrap: str, names: tuple[str, str], partitions, log,
+                 classes: Path):  # fmt: skip
+        arguments = [bootstrap, str(index), *names, GROUP, str(TRANSACTION_TIMEOUT_MS)]
+        arguments += [str(p) for p in partitions]
+        self.command = apache_kafka.java_command("TxCopier", *arguments, classpath=(classes,))
+        self.log = log
+        self.stopped = threading.Event()
+        self.errors: Counter = Counter()
+        self.thread = threading.Thread(target=self._run, name=f"java-copier-{index}", daemon=True)
+
+    def _run(self) -> None:
+        process = subprocess.Popen(
+            self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        closer = threading.Thread(target=self._close_when_stopped, args=(process,), daemon=True)
+        closer.start()
+        for line in process.stdout:
+            self._record(line)
+        process.wait()
+
+    def _close_when_stopped(self, process: subprocess.Popen) -> None:
+        self.stopped.wait()
+        process.stdin.close()
+
+    def _record(self, line: str) -> None:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return  # not one of its events
+        with self.log.lock:
+            if "begun" in event:
+                self.log.begun[event["begun"]] = event["count"]
+            elif "committed" in event:
+                self.log.committed.add(event["committed"])
+            elif "aborted" in event:
+                self.log.aborted.add(event["aborted"])
+            elif "error" in event:
+                self.errors[event["error"]] += 1
+
+
+def compile_java_copier(out_dir: Path) -> Path:
+    """TxCopier compiled against Kafka's jars: a class-path entry."""
+    return apache_kafka.compile_java(sorted(JAVA_SOURCES.glob("*.java")), out_dir)
+
+
 def _kafka_error(error: KafkaException) -> KafkaError:
     return error.args[0]
 
@@ -355,10 +416,12 @@ def run_tx(
     fault_every_s: tuple[float, float] = (3.0, 8.0),
     faults_min: int = 2,
     input_per_s: float = 40.0,
+    client: str = "librdkafka",
 ) -> TxRun:
     """Copy `ops` input records, written at `input_per_s` while the copy runs, exactly once
     while the nemesis strikes (module docstring); faults stop once everything acknowledged is
-    copied and `faults_min` were injected (kills and pauses in turns), or at `duration_s`."""
+    copied and `faults_min` were injected (kills and pauses in turns), or at `duration_s`.
+    `client`: the copiers' clients, "librdkafka" or "java" (Kafka's, transactions v2)."""
     # Imported here: chaos.scenarios imports this module for its SCENARIOS table.
     from chaos.scenarios import Cluster, Nemesis, _workdir, create_topic
 
@@ -381,9 +444,7 @@ def run_tx(
             target=_feed, args=(bootstrap, names[0], ops, input_per_s, log), daemon=True
         )
         feeder.start()
-        workers = [
-            Copier(k, bootstrap, names, range(k, partitions, copiers), log) for k in range(copiers)
-        ]
+        workers = _copiers(client, copiers, bootstrap, names, partitions, log, root)
         for worker in workers:
             worker.thread.start()
         tail.start()
@@ -419,7 +480,22 @@ def run_tx(
         committed_transactions=len(log.committed),
         aborted_transactions=len(log.aborted),
         log_path=log_path,
+        client=client,
+        client_errors=sum((worker.errors for worker in workers), Counter()),
     )
+
+
+def run_tx2(**options) -> TxRun:
+    """TX with Kafka's Java clients as copiers: transactions v2 (KIP-890) under the faults."""
+    return run_tx(client="java", **options)
+
+
+def _copiers(client: str, count: int, bootstrap: str, names, partitions: int, log, root: Path):
+    shares = [range(k, partitions, count) for k in range(count)]
+    if client == "librdkafka":
+        return [Copier(k, bootstrap, names, shares[k], log) for k in range(count)]
+    classes = compile_java_copier(Path(tempfile.mkdtemp(prefix="java-", dir=root)))
+    return [JavaCopier(k, bootstrap, names, shares[k], log, classes) for k in range(count)]
 
 
 def _copied(log: CopyLog) -> int:

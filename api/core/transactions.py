@@ -214,11 +214,17 @@ class TransactionCoordinator:
         it ended, is answered again.
         """
         wanted = TxnStatus.COMPLETE_COMMIT if commit else TxnStatus.COMPLETE_ABORT
+        preparing = TxnStatus.PREPARE_COMMIT if commit else TxnStatus.PREPARE_ABORT
         async with self._lock(transactional_id):
             if bump_epoch:
                 state = await self._load(transactional_id)
                 if _ended_by(state, producer_id, epoch, wanted):
                     return ProducerIdentity(state.producer_id, state.producer_epoch)
+                if _ended_by(state, producer_id, epoch, preparing):
+                    # this end's own retry, prepared at the next epoch (Kafka's answer too)
+                    raise ConcurrentTransactions(
+                        f"The transaction of {transactional_id!r} is being completed; retry."
+                    )
             state = await self._checked(transactional_id, producer_id, epoch)
             # (A prepared state never gets here: _checked answers CONCURRENT_TRANSACTIONS, the
             # client retries, and by then the sweep has completed it.)
@@ -392,7 +398,8 @@ class TransactionCoordinator:
 
 def _ended_by(state: TxnState | None, producer_id: int, epoch: int, wanted: TxnStatus) -> bool:
     """Whether `state` is what an end with a bumped epoch left of the transaction of
-    (`producer_id`, `epoch`): its outcome `wanted`, the next epoch. A zombie cannot get here:
+    (`producer_id`, `epoch`): status `wanted` (its outcome, or its prepared outcome while
+    it is being completed), the next epoch. A zombie cannot get here:
     a newer producer's InitProducerId bumps the epoch twice (abort, then its own)."""
     return (
         state is not None

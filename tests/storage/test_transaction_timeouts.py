@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from api.core.errors import ConcurrentTransactions, NotLeader
 from api.core.transactions import TransactionCoordinator
 from api.core.writer import TransactionMarker
 from storage_layout.meta.producers import ProducerIdAllocator
@@ -30,13 +33,19 @@ async def blocking(function, *args, **kwargs):
     return await asyncio.to_thread(function, *args, **kwargs)
 
 
-def coordinator(root: str, clock: FakeClock, markers: list) -> TransactionCoordinator:
+def coordinator(
+    root: str, clock: FakeClock, markers: list, unreachable: set | None = None
+) -> TransactionCoordinator:
+    """`unreachable`: partitions whose leader cannot be reached while they are in it."""
     allocator = ProducerIdAllocator(root)
+    unreachable = set() if unreachable is None else unreachable
 
     async def init_producer(transactional_id: str):
         return await blocking(allocator.init_producer, transactional_id, None)
 
     async def write_marker(topic: str, partition: int, marker: TransactionMarker) -> None:
+        if (topic, partition) in unreachable:
+            raise NotLeader(f"The leader of {topic}/{partition} is unreachable; retry.")
         markers.append((topic, partition, marker))
 
     async def commit_offsets(group_id, commits, producer_id) -> None:
@@ -100,5 +109,31 @@ def test_a_transaction_within_its_timeout_is_left_open(tmp_path):
             await transactions.sweep()
         assert (await transactions.describe("etl")).status is TxnStatus.ONGOING
         assert markers == []
+
+    asyncio.run(scenario())
+
+
+def test_a_retried_v2_end_waits_for_the_completion_then_is_answered_again(tmp_path):
+    """KIP-890's end bumps the epoch when it prepares. If the markers cannot all be written
+    (a leader unreachable: the coordinator's node died there in TX2), the client retries its
+    end with the epoch it had: CONCURRENT_TRANSACTIONS while the transaction is being
+    completed (it was PRODUCER_FENCED, which made Kafka's Java producer give up a commit that
+    then landed), and once complete, the same answer as the first end would have had."""
+
+    async def scenario() -> None:
+        clock, markers, unreachable = FakeClock(), [], {("orders", 1)}
+        transactions = coordinator(str(tmp_path), clock, markers, unreachable)
+        identity = await open_transaction(transactions, "etl")
+        ending = (identity.producer_id, identity.producer_epoch)
+        with pytest.raises(NotLeader):
+            await transactions.end("etl", *ending, True, bump_epoch=True)
+        assert (await transactions.describe("etl")).status is TxnStatus.PREPARE_COMMIT
+        with pytest.raises(ConcurrentTransactions):
+            await transactions.end("etl", *ending, True, bump_epoch=True)
+        unreachable.clear()
+        await transactions.sweep()
+        assert (await transactions.describe("etl")).status is TxnStatus.COMPLETE_COMMIT
+        answered = await transactions.end("etl", *ending, True, bump_epoch=True)
+        assert answered.producer_epoch == identity.producer_epoch + 1
 
     asyncio.run(scenario())
