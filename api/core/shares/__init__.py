@@ -1,0 +1,1 @@
+"""Share groups (KIP-932): queue semantics over a topic's partitions."""
