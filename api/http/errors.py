@@ -55,6 +55,7 @@ from api.core.groups.errors import (
     RecordNotFound,
     UnknownMemberId,
 )
+from api.core.internal_topics import InternalTopicAccess
 from api.core.schemas.errors import (
     CompatibilityNotConfigured,
     IncompatibleSchema,
@@ -74,6 +75,7 @@ from api.core.schemas.errors import (
     VersionNotSoftDeleted,
     VersionSoftDeleted,
 )
+from api.core.shares.errors import InvalidRecordState
 from api.security.errors import (
     AuthenticationFailed,
     AuthorizationFailed,
@@ -139,6 +141,8 @@ ERROR_STATUS: dict[type[Exception], tuple[int, int]] = {
     GroupSubscribedToTopic: (409, 40917),
     InvalidTxnState: (409, 40918),
     InvalidProducerIdMapping: (409, 40919),
+    InvalidRecordState: (409, 40920),
+    InternalTopicAccess: (400, 40002),
     TransactionalIdNotFound: (404, 40407),
     InvalidTransactionTimeout: (422, 42216),
     ConcurrentTransactions: (503, 50003),

@@ -57,7 +57,7 @@ def test_kafka_topics(bootstrap, topic_name):
     assert missing.returncode == 1 and "does not exist" in missing.stdout
 
 
-def test_internal_topics_are_listed_and_described_but_never_written_or_read(bootstrap):
+def test_internal_topics_are_listed_and_described_but_never_written_or_read(bootstrap, http):
     """`__consumer_offsets` and `__transaction_state` appear as Kafka's tools show them
     (internal, 50 partitions, compacted); their content lives in `_meta`, so a produce or a
     fetch is refused with INVALID_TOPIC_EXCEPTION and a message saying where it is."""
@@ -86,6 +86,9 @@ def test_internal_topics_are_listed_and_described_but_never_written_or_read(boot
     finally:
         consumer.close()
     assert errors and errors[0].code() == KafkaError.TOPIC_EXCEPTION
+    answer = http.get("/topics/__consumer_offsets")  # over HTTP, the same refusal
+    assert (answer.status_code, answer.json()["error_code"]) == (400, 40002)
+    assert "_meta/consumer_offsets" in answer.json()["message"]
 
 
 def test_kafka_configs(bootstrap, topic_name):

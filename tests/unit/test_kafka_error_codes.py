@@ -121,6 +121,8 @@ NAMED_SINCE = {
     "UnsupportedAssignor": ErrorCode.unsupported_assignor,
     "UnsupportedGroupVersion": ErrorCode.unsupported_version,
     "InvalidRegularExpression": ErrorCode.invalid_regular_expression,
+    "InternalTopicAccess": ErrorCode.invalid_topic_exception,  # internal topics (issue 27)
+    "InvalidRecordState": ErrorCode.invalid_record_state,  # share groups (issue 28)
 }
 
 

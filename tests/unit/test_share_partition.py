@@ -8,8 +8,8 @@ import pytest
 
 from api.core.shares.errors import InvalidRecordState
 from api.core.shares.share_partition import (
-    Acquired,
     AcknowledgeType,
+    Acquired,
     Archived,
     ArchiveReason,
     Limits,
