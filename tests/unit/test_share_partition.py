@@ -15,8 +15,8 @@ from api.core.shares.share_partition import (
     Limits,
     RecordState,
     SharePartition,
-    StateBatch,
 )
+from storage_layout.meta.share_states import ShareBatch
 
 LIMITS = Limits(lock_duration_ms=1_000, delivery_attempt_limit=2, max_in_flight=10)
 ACCEPT, RELEASE, REJECT = AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT
@@ -143,10 +143,10 @@ def test_the_stored_form_round_trips_and_locks_do_not_survive_it():
     part, _ = ack(part, "a", [(6, ACCEPT), (7, RELEASE)])
     batches = part.batches()
     assert batches == [
-        StateBatch(5, 5, RecordState.ACQUIRED, 1),
-        StateBatch(6, 6, RecordState.ACKNOWLEDGED, 1),
-        StateBatch(7, 7, RecordState.AVAILABLE, 1),
-        StateBatch(8, 8, RecordState.ACQUIRED, 1),
+        ShareBatch(5, 5, RecordState.ACQUIRED, 1),
+        ShareBatch(6, 6, RecordState.ACKNOWLEDGED, 1),
+        ShareBatch(7, 7, RecordState.AVAILABLE, 1),
+        ShareBatch(8, 8, RecordState.ACQUIRED, 1),
     ]
     loaded = SharePartition.from_batches(part.start_offset, batches)
     assert (loaded.start_offset, loaded.end_offset) == (5, 9)

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from api.core.shares.errors import InvalidRecordState
+from storage_layout.meta.share_states import ShareBatch
 
 
 class RecordState(enum.IntEnum):
@@ -81,17 +82,6 @@ class Archived:
 
 
 @dataclass(frozen=True, slots=True)
-class StateBatch:
-    """A run of consecutive offsets in one state with one delivery count: how the state is
-    stored (FORMAT.md §19) and described."""
-
-    first_offset: int
-    last_offset: int
-    state: RecordState
-    delivery_count: int
-
-
-@dataclass(frozen=True, slots=True)
 class Limits:
     """A share group's settings for its partitions (Kafka's group configs)."""
 
@@ -114,21 +104,22 @@ class SharePartition:
         return cls(offset, offset)
 
     @classmethod
-    def from_batches(cls, start_offset: int, batches: Iterable[StateBatch]) -> SharePartition:
+    def from_batches(cls, start_offset: int, batches: Iterable[ShareBatch]) -> SharePartition:
         """The state stored as `batches`: records stored as acquired lost their locks with
         the owner that held them, and are available again (their deliveries still count)."""
         records: dict[int, InFlight] = {}
         for batch in batches:
-            state = RecordState.AVAILABLE if batch.state == RecordState.ACQUIRED else batch.state
+            state = RecordState(batch.state)
+            state = RecordState.AVAILABLE if state == RecordState.ACQUIRED else state
             for offset in range(max(batch.first_offset, start_offset), batch.last_offset + 1):
                 records[offset] = InFlight(state, batch.delivery_count)
         end = max(records, default=start_offset - 1) + 1
         return cls(start_offset, max(end, start_offset), records).settled()
 
-    def batches(self) -> list[StateBatch]:
-        """The in-flight records as runs of one state and delivery count (offset order);
-        acquired records are stored as acquired, without member or deadline."""
-        runs: list[StateBatch] = []
+    def batches(self) -> list[ShareBatch]:
+        """The in-flight records as runs of one state and delivery count (offset order), as
+        stored (FORMAT.md §19): acquired records as acquired, without member or deadline."""
+        runs: list[ShareBatch] = []
         for offset in sorted(self.records):
             record = self.records[offset]
             last = runs[-1] if runs else None
@@ -139,7 +130,7 @@ class SharePartition:
             ):
                 runs[-1] = replace(last, last_offset=offset)
             else:
-                runs.append(StateBatch(offset, offset, record.state, record.delivery_count))
+                runs.append(ShareBatch(offset, offset, record.state, record.delivery_count))
         return runs
 
     # ---- acquiring ---------------------------------------------------------------------------
