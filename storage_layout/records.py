@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from storage_layout.schema import RECORD_COLUMNS, TRANSACTIONAL_RECORD_COLUMNS
 
@@ -74,14 +75,14 @@ def as_record_list(records: Records) -> Sequence[NewRecord]:
     return records.to_records() if isinstance(records, RecordColumns) else records
 
 
-def first_keyless(records: Records) -> int | None:
-    """The index of the first record without a key, or None."""
+def keyless_indexes(records: Records) -> list[int]:
+    """The indexes of the records without a key, in order."""
     if isinstance(records, RecordColumns):
         keys = records.table.column("key")
         if keys.null_count == 0:
-            return None
-        return keys.is_null().index(True).as_py()
-    return next((i for i, record in enumerate(records) if record.key is None), None)
+            return []
+        return pc.indices_nonzero(keys.is_null()).to_pylist()
+    return [i for i, record in enumerate(records) if record.key is None]
 
 
 def records_size_bytes(records: Records) -> int:

@@ -28,12 +28,19 @@ class KeyRequired(BrokerError):
 
     code = "INVALID_RECORD"
 
-    def __init__(self, *, topic: str, index: int) -> None:
+    def __init__(self, *, topic: str, index: int, indexes: tuple[int, ...] = ()) -> None:
+        which = f"Record {index} has" if len(indexes) <= 1 else f"Records {_listed(indexes)} have"
         super().__init__(
-            f"Record {index} has no key, and topic {topic!r} is compacted "
+            f"{which} no key, and topic {topic!r} is compacted "
             "(cleanup.policy=compact keeps the latest record per key): give every record a key."
         )
         self.index = index
+        self.indexes = indexes or (index,)  # every record without a key, first first
+
+
+def _listed(indexes: tuple[int, ...], shown_max: int = 5) -> str:
+    shown = ", ".join(str(i) for i in indexes[:shown_max])
+    return shown if len(indexes) <= shown_max else f"{shown}, ... ({len(indexes)} in all)"
 
 
 class InvalidRequest(BrokerError):

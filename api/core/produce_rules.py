@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from api.core.errors import KeyRequired, RecordTooLarge
 from storage_layout.meta.catalog import TopicInfo
-from storage_layout.records import Records, first_keyless
+from storage_layout.records import Records, keyless_indexes
 
 
 def check_size(topic: TopicInfo, size_bytes: int, *, index: int = 0) -> None:
@@ -32,6 +32,8 @@ def check_key(topic: TopicInfo, key: bytes | None, *, index: int) -> None:
 
 
 def check_keys(topic: TopicInfo, records: Records) -> None:
-    """check_key for every record (KeyRequired names the first without one)."""
-    if topic.config.compacted and (keyless := first_keyless(records)) is not None:
-        raise KeyRequired(topic=topic.name, index=keyless)
+    """check_key for every record of a batch: KeyRequired names every record without one
+    (Kafka's ProduceResponse lists each in `record_errors`, and clients fail those records
+    with INVALID_RECORD, the others of the batch with INVALID_DIFFERENT_RECORD)."""
+    if topic.config.compacted and (keyless := keyless_indexes(records)):
+        raise KeyRequired(topic=topic.name, index=keyless[0], indexes=tuple(keyless))

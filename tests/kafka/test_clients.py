@@ -264,5 +264,15 @@ def test_compacted_topic_refuses_a_batch_with_a_keyless_record(bootstrap, topic_
         producer.produce(topic_name, **record, on_delivery=lambda e, m: reports.append(e))
     producer.flush(30)
     assert [error.code() for error in reports] == [KafkaError.INVALID_RECORD] * 2
+    # Each keyless record is named (record_errors, as Kafka lists them): librdkafka fails
+    # those with INVALID_RECORD and the rest of the batch with _INVALID_DIFFERENT_RECORD.
+    reports.clear()
+    for record in ({"value": b"x"}, {"key": b"k", "value": b"y"}) * 2:
+        producer.produce(topic_name, **record, on_delivery=lambda e, m: reports.append(e))
+    producer.flush(30)
+    assert [error.code() for error in reports] == [
+        KafkaError.INVALID_RECORD,
+        KafkaError._INVALID_DIFFERENT_RECORD,
+    ] * 2
     produce_all(bootstrap, topic_name, [{"key": b"k", "value": b"b"}])
     assert [m.value() for m in consume(bootstrap, topic_name, [0], 1)] == [b"b"]

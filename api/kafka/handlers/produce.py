@@ -107,10 +107,12 @@ async def _outcome(outcome: _Queued | Exception) -> dict:
             "error_message": error_message(error),
         }
         index = getattr(error, "index", None)
-        if getattr(error, "code", None) == "INVALID_RECORD" and isinstance(index, int):
-            # which record was refused, and why (ProduceResponse v8+)
+        indexes = getattr(error, "indexes", None) or ((index,) if isinstance(index, int) else ())
+        if getattr(error, "code", None) == "INVALID_RECORD" and indexes:
+            # which records were refused, and why (ProduceResponse v8+): each, as Kafka lists them
+            message = error_message(error)
             answer["record_errors"] = [
-                {"batch_index": index, "batch_index_error_message": error_message(error)}
+                {"batch_index": index, "batch_index_error_message": message} for index in indexes
             ]
         return answer
     append_time = None
