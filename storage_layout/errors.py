@@ -49,6 +49,13 @@ class InvalidConfig(StorageError):
     code = "INVALID_CONFIG"
 
 
+class ConfigNotApplied(InvalidConfig):
+    """A Kafka topic config lakelog does not apply, set to other than Kafka's default (as a
+    managed Kafka service refuses the configs it does not offer)."""
+
+    code = "POLICY_VIOLATION"
+
+
 class InvalidPartitions(StorageError):
     code = "INVALID_PARTITIONS"
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from storage_layout.errors import InvalidConfig, InvalidTopic
+from storage_layout.errors import ConfigNotApplied, InvalidConfig, InvalidTopic
 from storage_layout.schemas import subjects
 
 TOPIC_NAME_LENGTH_MAX = 249
@@ -39,6 +39,36 @@ CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 # `uncompressed` (the producer-side name).
 COMPRESSION_TYPES = ("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")
 BOOLEANS = ("true", "false")
+_LONG_MAX = str(2**63 - 1)
+# Kafka's topic configs that lakelog does not apply, with Kafka 4.1's defaults: it has no
+# replicas, no segment or index files of its own, no local disk tier (the store keeps every
+# record durably before the acknowledgement). Set to its default, one is accepted and changes
+# nothing (tools and MirrorMaker copy defaults); any other value is refused with
+# POLICY_VIOLATION. Kafka's record-timestamp bounds are not among them: lakelog does not check
+# timestamps, which Kafka's defaults do.
+UNAPPLIED_DEFAULTS = {
+    "compression.gzip.level": "-1",
+    "compression.lz4.level": "9",
+    "compression.zstd.level": "3",
+    "file.delete.delay.ms": "60000",
+    "flush.messages": _LONG_MAX,
+    "flush.ms": _LONG_MAX,
+    "follower.replication.throttled.replicas": "",
+    "index.interval.bytes": "4096",
+    "leader.replication.throttled.replicas": "",
+    "local.retention.bytes": "-2",
+    "local.retention.ms": "-2",
+    "max.compaction.lag.ms": _LONG_MAX,
+    "min.cleanable.dirty.ratio": "0.5",
+    "min.insync.replicas": "1",
+    "preallocate": "false",
+    "remote.log.copy.disable": "false",
+    "remote.log.delete.on.disable": "false",
+    "remote.storage.enable": "false",
+    "segment.index.bytes": "10485760",
+    "segment.jitter.ms": "0",
+    "unclean.leader.election.enable": "false",
+}
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 
 
@@ -83,9 +113,14 @@ class TopicConfig:
 
     @classmethod
     def from_mapping(cls, configs: Mapping[str, object], base: TopicConfig | None = None):
-        """Validate Kafka-named settings (`retention.ms`, ...) over `base` (default: defaults)."""
+        """Validate Kafka-named settings (`retention.ms`, ...) over `base` (default: defaults).
+
+        Raises:
+            InvalidConfig: an unknown name or a bad value.
+            ConfigNotApplied: a config lakelog does not apply, set to other than its default.
+        """
         values = {}
-        for kafka_name, raw in configs.items():
+        for kafka_name, raw in applied_only(configs).items():
             field = _field_for(kafka_name)
             values[field.name] = _parse_value(field, kafka_name, raw)
         return dataclasses.replace(base or cls(), **values)
@@ -140,13 +175,35 @@ BROKER_NAMES = {
 
 
 def normalized(configs: Mapping[str, object]) -> dict[str, str]:
-    """Kafka-named settings validated and written as Kafka returns them (strings).
+    """Kafka-named settings validated and written as Kafka returns them (strings); configs
+    lakelog does not apply, set to their defaults, are left out (they change nothing).
 
     Raises:
         InvalidConfig: an unknown name or a bad value, with what to use instead.
     """
     mapping = TopicConfig.from_mapping(configs).to_mapping()
-    return {name: mapping[name] for name in configs}
+    return {name: mapping[name] for name in applied_only(configs)}
+
+
+def applied_only(configs: Mapping[str, object]) -> dict[str, object]:
+    """`configs` without the ones lakelog does not apply (UNAPPLIED_DEFAULTS) set to Kafka's
+    default.
+
+    Raises:
+        ConfigNotApplied: one of those is set to anything else.
+    """
+    kept = {}
+    for name, raw in configs.items():
+        default = UNAPPLIED_DEFAULTS.get(name)
+        if default is None:
+            kept[name] = raw
+        elif str(raw).strip().lower() != default:
+            raise ConfigNotApplied(
+                f"Topic config '{name}' is not applied by lakelog (it has no replicas, segment "
+                f"files or local disk tier of its own: the store keeps every record before the "
+                f"acknowledgement); only Kafka's default '{default}' is accepted, not '{raw}'."
+            )
+    return kept
 
 
 def overrides_of(config: TopicConfig) -> dict[str, str]:

@@ -49,6 +49,13 @@ class InvalidRequest(BrokerError):
     code = "INVALID_REQUEST"
 
 
+class InvalidReplicaAssignment(BrokerError):
+    """A CreateTopics replica assignment Kafka would refuse (partitions out of order, an empty
+    or repeating replica list)."""
+
+    code = "INVALID_REPLICA_ASSIGNMENT"
+
+
 class NotLeader(BrokerError):
     """This node does not lead the partition (and could not forward to the node that does)."""
 

@@ -11,10 +11,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from tests.kafka.wire import raw
+
 pytestmark = pytest.mark.gateway
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 POLL_DEADLINE_S = 30
+CREATE_TOPICS = 19
 
 
 def create(bootstrap: str, name: str, partitions: int = 1) -> None:
@@ -276,3 +279,33 @@ def test_compacted_topic_refuses_a_batch_with_a_keyless_record(bootstrap, topic_
     ] * 2
     produce_all(bootstrap, topic_name, [{"key": b"k", "value": b"b"}])
     assert [m.value() for m in consume(bootstrap, topic_name, [0], 1)] == [b"b"]
+
+
+def create_topics_raw(bootstrap: str, topic: dict) -> tuple[str, int]:
+    """(error code name, partitions the topic has after) for one CreateTopics v7 entry."""
+    body = {"topics": [{"configs": [], "assignments": [], **topic}], "timeout": 30000,
+            "validate_only": False}  # fmt: skip
+    [created] = raw(bootstrap, CREATE_TOPICS, 7, body).topics
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    listed = metadata.topics.get(topic["name"])
+    return created.error_code.name, len(listed.partitions) if listed and not listed.error else 0
+
+
+def test_create_topics_counts_partitions_as_kafka_does(bootstrap, topic_name):
+    """A replica assignment gives the partition count (librdkafka's 0081 creates 22 so);
+    -1 is the default (num.partitions); both at once, or a bad assignment, is refused with
+    Kafka's code and nothing is created."""
+    assignment = [{"partition_index": n, "broker_ids": [0]} for n in range(22)]
+    by_assignment = {"name": f"{topic_name}-a", "num_partitions": -1, "replication_factor": -1,
+                     "assignments": assignment}  # fmt: skip
+    assert create_topics_raw(bootstrap, by_assignment) == ("none", 22)
+    default = {"name": f"{topic_name}-d", "num_partitions": -1, "replication_factor": -1}
+    assert create_topics_raw(bootstrap, default) == ("none", 1)
+    both = {**by_assignment, "name": f"{topic_name}-b", "num_partitions": 3}
+    assert create_topics_raw(bootstrap, both) == ("invalid_request", 0)
+    for bad in (
+        [{"partition_index": 1, "broker_ids": [0]}],
+        [{"partition_index": 0, "broker_ids": [0, 0]}],
+    ):
+        entry = {**by_assignment, "name": f"{topic_name}-x", "assignments": bad}
+        assert create_topics_raw(bootstrap, entry) == ("invalid_replica_assignment", 0)

@@ -23,7 +23,8 @@ from tests.gateway_process import start_gateway
 from tests.integration.test_cluster import CLUSTER_ENV, stop_nodes
 from tests.kafka.test_clients import consume, produce_all
 from tests.kafka.test_consumer_protocol import consumer848
-from tests.kafka.test_hostile_frames import PRODUCE, _records, connect, read_answer, request_frame
+from tests.kafka.test_hostile_frames import PRODUCE, _records
+from tests.kafka.wire import connect, raw, read_answer, request_frame
 
 pytestmark = pytest.mark.gateway
 
@@ -269,18 +270,6 @@ def poll_messages(consumer, count: int, timeout_s: float = 90) -> list:
 
 def poll_values(consumer, count: int) -> list[bytes]:
     return [message.value() for message in poll_messages(consumer, count)]
-
-
-def raw(address: str, api_key: int, version: int, body: dict):
-    """One request over Kafka's protocol, its response read with Kafka's schema."""
-    with connect(address) as sock:
-        sock.sendall(request_frame(api_key, version, body))
-        answer = read_answer(sock)
-    schema = response_class(api_key, version)
-    # the correlation id, then (flexible headers) an empty tagged-field count
-    header_bytes = 5 if schema.__header_schema__.__flexible__ else 4
-    response, _ = entity_reader(schema)(answer, header_bytes)
-    return response
 
 
 def epoch_end(address: str, topic: str, current: int, requested: int) -> tuple[str, int, int]:

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.kafka.test_clients import create, produce_all
-from tests.kafka.test_cluster import raw
+from tests.kafka.wire import raw
 
 OFFSET_FETCH = 9
 

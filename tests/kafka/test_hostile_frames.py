@@ -5,67 +5,25 @@ and nothing acknowledged is lost."""
 
 from __future__ import annotations
 
-import io
 import random
-import socket
 import struct
 import time
 
 import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from kio.index import load_request_schema
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from api.kafka.fetch_batches import encode_records
-from api.kafka.messages import build, response_class
+from api.kafka.messages import response_class
 from tests.gateway_process import start_gateway
 from tests.kafka.test_clients import consume, create, produce_all
+from tests.kafka.wire import connect, raw, read_answer, request_frame  # noqa: F401 (re-exported)
 
 pytestmark = pytest.mark.gateway
 
 API_VERSIONS, METADATA, PRODUCE = 18, 3, 0
 FUZZ_CASES = 300
-
-
-def connect(address: str) -> socket.socket:
-    host, port = address.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    return sock
-
-
-def request_frame(api_key: int, version: int, body: dict, correlation_id: int = 7) -> bytes:
-    schema = load_request_schema(api_key, version)
-    header = schema.__header_schema__(
-        request_api_key=api_key,
-        request_api_version=version,
-        correlation_id=correlation_id,
-        client_id="hostile",
-    )
-    buffer = io.BytesIO()
-    entity_writer(schema.__header_schema__)(buffer, header)
-    entity_writer(schema)(buffer, build(schema, body))
-    payload = buffer.getvalue()
-    return struct.pack(">i", len(payload)) + payload
-
-
-def read_answer(sock: socket.socket) -> bytes | None:
-    """The response payload (after the size), or None when the node closed the connection."""
-    head = _read_exactly(sock, 4)
-    if head is None:
-        return None
-    (size,) = struct.unpack(">i", head)
-    return _read_exactly(sock, size)
-
-
-def _read_exactly(sock: socket.socket, count: int) -> bytes | None:
-    data = b""
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data
 
 
 def api_versions_answered(address: str) -> bool:

@@ -123,6 +123,8 @@ NAMED_SINCE = {
     "InvalidRegularExpression": ErrorCode.invalid_regular_expression,
     "InternalTopicAccess": ErrorCode.invalid_topic_exception,  # internal topics (issue 27)
     "InvalidRecordState": ErrorCode.invalid_record_state,  # share groups (issue 28)
+    "ConfigNotApplied": ErrorCode.policy_violation,  # Kafka configs not applied (issue 27)
+    "InvalidReplicaAssignment": ErrorCode.invalid_replica_assignment,  # CreateTopics (27)
 }
 
 

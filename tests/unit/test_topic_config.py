@@ -2,8 +2,8 @@
 
 import pytest
 
-from storage_layout.errors import InvalidConfig
-from storage_layout.topic_config import TopicConfig, validate_topic_name
+from storage_layout.errors import ConfigNotApplied, InvalidConfig
+from storage_layout.topic_config import TopicConfig, normalized, validate_topic_name
 
 
 def test_defaults_match_kafka():
@@ -41,6 +41,21 @@ def test_bad_configs_say_what_to_fix(configs, fragment):
     """Unknown keys and bad values raise InvalidConfig naming the key and the allowed values."""
     with pytest.raises(InvalidConfig, match=fragment):
         TopicConfig.from_mapping(configs)
+
+
+def test_kafka_configs_lakelog_does_not_apply_are_accepted_at_their_defaults_only():
+    """min.insync.replicas=1 or preallocate=false change nothing here: accepted, not stored;
+    other values are a POLICY_VIOLATION saying why (librdkafka's 0077 and many scripts set
+    such configs at create time)."""
+    defaults = {"min.insync.replicas": "1", "preallocate": "False", "retention.ms": "1000"}
+    assert normalized(defaults) == {"retention.ms": "1000"}
+    assert TopicConfig.from_mapping(defaults).retention_ms == 1000
+    for name, value in (("min.insync.replicas", "2"), ("file.delete.delay.ms", "10000")):
+        with pytest.raises(ConfigNotApplied, match=f"'{name}' is not applied") as refused:
+            normalized({name: value})
+        assert refused.value.code == "POLICY_VIOLATION"
+    with pytest.raises(InvalidConfig, match="Unknown topic config 'message.timestamp.after"):
+        normalized({"message.timestamp.after.max.ms": "3600000"})  # Kafka checks; lakelog not
 
 
 def test_topic_name_rules():

@@ -1,18 +1,21 @@
 """CreateTopics, DeleteTopics and CreatePartitions over the topic catalog. The store replicates,
-so a replication factor or replica assignment is accepted and ignored (-1 means the default)."""
+so a replication factor is accepted and ignored, and a replica assignment counts the
+partitions, as Kafka counts them, its broker ids otherwise ignored (-1 means the default:
+`num.partitions`, lakelog's LAKELOG_KAFKA_AUTO_CREATE_PARTITIONS)."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
 from api.core import topic_configs
+from api.core.errors import InvalidReplicaAssignment, InvalidRequest
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
 from api.kafka.handlers.cluster import topic_uuid
 from api.kafka.handlers.configs import SOURCES
 from api.security.authorizer import CLUSTER_RESOURCE_NAME
 
-DEFAULT_PARTITIONS = 1  # Kafka's num.partitions
+DEFAULT = -1  # Kafka's "the broker's default" for num_partitions and replication_factor
 
 
 async def create_topics(connection: Connection, request, version: int) -> dict:
@@ -22,9 +25,9 @@ async def create_topics(connection: Connection, request, version: int) -> dict:
 
 async def _create(connection: Connection, topic, validate_only: bool) -> dict:
     broker = connection.broker
-    partitions = topic.num_partitions if topic.num_partitions > 0 else DEFAULT_PARTITIONS
     configs = {config.name: config.value for config in topic.configs if config.value is not None}
     try:
+        partitions = _partition_count(topic, connection.settings.kafka_auto_create_partitions)
         if not connection.permits("CREATE", "cluster", CLUSTER_RESOURCE_NAME):
             connection.check("CREATE", "topic", topic.name)
         if validate_only:
@@ -58,6 +61,37 @@ async def _create(connection: Connection, topic, validate_only: bool) -> dict:
             for config in topic_configs.describe_configs(created)
         ],
     }
+
+
+def _partition_count(topic, default_partitions: int) -> int:
+    """Kafka's rules: a replica assignment gives the count (partitions 0, 1, ... in order, each
+    with distinct brokers) and excludes a count or replication factor; else -1 is the default.
+
+    Raises:
+        InvalidRequest: both an assignment and a count or replication factor.
+        InvalidReplicaAssignment: partitions out of order, or an empty or repeating replica list.
+    """
+    assignments = list(topic.assignments or ())
+    if not assignments:
+        return default_partitions if topic.num_partitions == DEFAULT else topic.num_partitions
+    if topic.num_partitions != DEFAULT or topic.replication_factor != DEFAULT:
+        raise InvalidRequest(
+            "Both num_partitions or replication_factor and a replica assignment were set: "
+            "give one or the other."
+        )
+    for expected, assignment in enumerate(assignments):
+        brokers = list(assignment.broker_ids)
+        if assignment.partition_index != expected:
+            raise InvalidReplicaAssignment(
+                f"Replica assignments must name partitions 0, 1, 2, ... in order; found "
+                f"partition {assignment.partition_index} where {expected} belongs."
+            )
+        if not brokers or len(set(brokers)) != len(brokers):
+            raise InvalidReplicaAssignment(
+                f"Partition {expected}'s replica list {brokers} must be non-empty and repeat "
+                "no broker."
+            )
+    return len(assignments)
 
 
 async def delete_topics(connection: Connection, request, version: int) -> dict:
