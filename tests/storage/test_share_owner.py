@@ -46,14 +46,14 @@ def owner(root, node_id: int = 1, now_ms: int = 0) -> ShareOwner:
     )
 
 
-def acquire(owner: ShareOwner, log, member: str, records_max: int = 3):
+def acquire(owner: ShareOwner, log, member: str, records_max: int = 3, start: int = 0):
     async def read(from_offset: int, count: int) -> LogRead:
         found = log.read(from_offset=from_offset, records_max=count, bytes_max=1 << 20)
         offsets = found.records.column("offset").to_pylist()
         return LogRead(offsets, from_offset if found.next_offset is None else found.next_offset)
 
     async def earliest() -> int:
-        return 0
+        return start
 
     return asyncio.run(
         owner.acquire(
@@ -103,3 +103,13 @@ def test_a_node_whose_share_states_were_taken_stores_nothing_more(tmp_path, log)
     stored = ShareStates(str(tmp_path)).load("jobs", 0, "topic-id-1")["workers"]
     assert stored.start_offset == 0  # the old owner's accept never landed
     acknowledge(new, "b", [(0, ACCEPT)])
+
+
+def test_where_a_new_share_partition_starts_is_stored_even_when_nothing_is_acquired(tmp_path, log):
+    """share.auto.offset.reset=latest places a new share partition at the end of the log; a
+    record produced after that first, empty acquisition is delivered, not skipped by a
+    second placement at the new end."""
+    node = owner(tmp_path)
+    assert acquire(node, log, "a", start=6) == []
+    log.append([NewRecord(None, b"job-6")], config=TopicConfig())
+    assert acquire(owner(tmp_path), log, "a", start=7) == [Acquired(6, 1)]

@@ -100,7 +100,8 @@ class ShareOwner:
         """
         async with self._lock(key):
             part = await self._expired(key, limits)
-            if part is None:
+            placed = part is None  # Kafka persists where a new share partition starts
+            if placed:
                 part = SharePartition.starting_at(await start_offset())
             found = await read(part.next_fetch_offset(), records_max)
             changed, acquired = part.acquire(
@@ -111,7 +112,7 @@ class ShareOwner:
                 limits=limits,
                 now_ms=self._clock_ms(),
             )
-            if acquired or changed != part:
+            if acquired or placed or changed != part:
                 await self._store(key, changed)
             return acquired
 
