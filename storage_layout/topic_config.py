@@ -225,34 +225,15 @@ _FIELDS_BY_KAFKA_NAME = {_kafka_name(f): f for f in dataclasses.fields(TopicConf
 
 
 # Kafka's topic configs that lakelog does not keep (Kafka 4.1's TopicConfig, and the replication
-# throttles its tools clear): they are never set, so removing one is a no-op, as removing an
-# unset config is in Kafka. Setting one is refused by check_config_name.
+# throttles its tools clear): those of UNAPPLIED_DEFAULTS, accepted at their defaults and never
+# stored, and the ones Kafka checks that lakelog does not (record timestamps). Removing one is a
+# no-op, as removing an unset config is in Kafka.
 KAFKA_CONFIGS_NOT_KEPT = frozenset(
     {
-        "compression.gzip.level",
-        "compression.lz4.level",
-        "compression.zstd.level",
-        "file.delete.delay.ms",
-        "flush.messages",
-        "flush.ms",
-        "follower.replication.throttled.replicas",
-        "index.interval.bytes",
-        "leader.replication.throttled.replicas",
-        "local.retention.bytes",
-        "local.retention.ms",
-        "max.compaction.lag.ms",
+        *UNAPPLIED_DEFAULTS,
         "message.downconversion.enable",
         "message.timestamp.after.max.ms",
         "message.timestamp.before.max.ms",
-        "min.cleanable.dirty.ratio",
-        "min.insync.replicas",
-        "preallocate",
-        "remote.log.copy.disable",
-        "remote.log.delete.on.disable",
-        "remote.storage.enable",
-        "segment.index.bytes",
-        "segment.jitter.ms",
-        "unclean.leader.election.enable",
     }
 )
 

@@ -16,7 +16,7 @@ from api.core.errors import TransactionCoordinatorUnavailable
 from api.core.peers import Peers
 from api.core.transactions import TransactionCoordinator
 from storage_layout.meta.producers import ProducerIdentity
-from storage_layout.meta.transaction_state import PendingOffset, TxnState
+from storage_layout.meta.transaction_state import PendingOffset, TxnState, pending_offset_from
 from storage_layout.records import TopicPartition
 
 
@@ -97,7 +97,7 @@ class TransactionRequests:
         elif operation == "add_group":
             await coordinator.add_group(*producer, body["group_id"])
         elif operation == "add_offsets":
-            offsets = [PendingOffset(**offset) for offset in body["offsets"]]
+            offsets = [pending_offset_from(offset) for offset in body["offsets"]]
             await coordinator.add_offsets(*producer, offsets)
         elif operation == "end":
             identity = await coordinator.end(*producer, body["commit"], bump_epoch=True)

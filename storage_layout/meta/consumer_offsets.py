@@ -16,9 +16,11 @@ that.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -89,6 +91,13 @@ class OffsetCommit:
     generation: int | None = None
     member_id: str | None = None
     leader_epoch: int = NO_LEADER_EPOCH
+
+
+def offset_commit_from(body: Mapping[str, Any]) -> OffsetCommit:
+    """An OffsetCommit from its JSON (a forwarded request), fields it does not know left out
+    (a newer node's)."""
+    known = {f.name for f in dataclasses.fields(OffsetCommit)}
+    return OffsetCommit(**{name: value for name, value in body.items() if name in known})
 
 
 @dataclass(frozen=True, slots=True)

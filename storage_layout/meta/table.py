@@ -200,9 +200,13 @@ class MetaTable:
                 return
             actions = log_commit.metadata_actions(upgraded, _now_ms())
             version = self.version + 1
+            started = time.monotonic()
             if self._put(version, log_commit.ndjson(actions)):
-                self._reader.state = self._reader.state.applied(version, actions)
-                return
+                # A commit of a node paused past the log grace may sit below a checkpoint,
+                # where no reader looks (_committed reads the table again then): the schema
+                # the state shows decides, at the top of the loop.
+                self._committed(version, actions, started)
+                continue
             self.refresh()
         raise StorageUnavailable(f"Cannot add columns to {self.uri}: other commits kept coming.")
 

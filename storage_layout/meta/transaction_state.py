@@ -14,7 +14,9 @@ import dataclasses
 import enum
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from storage_layout import paths
 from storage_layout.errors import StorageUnavailable
@@ -62,6 +64,12 @@ class PendingOffset:
     leader_epoch: int = -1  # Kafka's committed leader epoch (-1: none; absent in older objects)
 
 
+def pending_offset_from(body: Mapping[str, Any]) -> PendingOffset:
+    """A PendingOffset from its JSON, fields it does not know left out (a newer node's)."""
+    known = {f.name for f in dataclasses.fields(PendingOffset)}
+    return PendingOffset(**{name: value for name, value in body.items() if name in known})
+
+
 @dataclass(frozen=True, slots=True)
 class TxnState:
     """One transactional id's state; `sequence` numbers its object (0: none stored yet)."""
@@ -97,7 +105,7 @@ class TxnState:
             timeout_ms=body["timeout_ms"],
             partitions=tuple(TopicPartition(**p) for p in body["partitions"]),
             groups=tuple(body["groups"]),
-            offsets=tuple(PendingOffset(**o) for o in body["offsets"]),
+            offsets=tuple(pending_offset_from(o) for o in body["offsets"]),
             started_ms=body["started_ms"],
             updated_ms=body["updated_ms"],
             sequence=body["sequence"],

@@ -303,9 +303,10 @@ def test_create_topics_counts_partitions_as_kafka_does(bootstrap, topic_name):
     assert create_topics_raw(bootstrap, default) == ("none", 1)
     both = {**by_assignment, "name": f"{topic_name}-b", "num_partitions": 3}
     assert create_topics_raw(bootstrap, both) == ("invalid_request", 0)
-    for bad in (
-        [{"partition_index": 1, "broker_ids": [0]}],
-        [{"partition_index": 0, "broker_ids": [0, 0]}],
-    ):
+    backwards = {**by_assignment, "name": f"{topic_name}-r", "assignments": assignment[::-1]}
+    assert create_topics_raw(bootstrap, backwards) == ("none", 22)  # any order, as Kafka
+    missing = [{"partition_index": 1, "broker_ids": [0]}]
+    repeating = [{"partition_index": 0, "broker_ids": [0, 0]}]
+    for bad in (missing, repeating):
         entry = {**by_assignment, "name": f"{topic_name}-x", "assignments": bad}
         assert create_topics_raw(bootstrap, entry) == ("invalid_replica_assignment", 0)

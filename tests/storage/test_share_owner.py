@@ -83,7 +83,11 @@ def test_what_was_acquired_and_acknowledged_outlives_the_owner(tmp_path, log):
 
 def test_a_refused_acknowledgement_stores_nothing(tmp_path, log):
     node = owner(tmp_path)
-    acquire(node, log, "a")
+    assert acknowledge(node, "a", []) == []  # nothing acquired yet: nothing stored either
+    with pytest.raises(InvalidRecordState):
+        acknowledge(node, "a", [(0, ACCEPT)])
+    assert ShareStates(str(tmp_path)).load("jobs", 0, "topic-id-1") == {}
+    acquire(node, log, "a", start=0)
     states = ShareStates(str(tmp_path))
     before = states.load("jobs", 0, "topic-id-1")
     with pytest.raises(InvalidRecordState):

@@ -148,7 +148,7 @@ def test_the_stored_form_round_trips_and_locks_do_not_survive_it():
         ShareBatch(7, 7, RecordState.AVAILABLE, 1),
         ShareBatch(8, 8, RecordState.ACQUIRED, 1),
     ]
-    loaded = SharePartition.from_batches(part.start_offset, batches)
+    loaded = SharePartition.from_batches(part.start_offset, batches, LIMITS)
     assert (loaded.start_offset, loaded.end_offset) == (5, 9)
     assert loaded.counts() == {"available": 3, "acquired": 0, "acknowledged": 1, "archived": 0}
     loaded, again = acquire(loaded, "b", [5, 7, 8])
@@ -160,3 +160,14 @@ def test_moving_the_start_forgets_what_lies_before():
     moved = part.moved_to(2)
     assert (moved.start_offset, moved.end_offset, sorted(moved.records)) == (2, 3, [2])
     assert part.moved_to(0) is part
+
+
+def test_a_stored_acquisition_at_the_delivery_limit_is_archived_on_load():
+    """Its lock went with its owner, as if it expired: at the limit it is archived, so an
+    owner change never delivers a record more times than the limit allows."""
+    at_limit = [
+        ShareBatch(3, 3, RecordState.ACQUIRED, 2),
+        ShareBatch(4, 4, RecordState.ACQUIRED, 1),
+    ]
+    loaded = SharePartition.from_batches(3, at_limit, LIMITS)
+    assert loaded.start_offset == 4 and loaded.records[4].state == RecordState.AVAILABLE

@@ -723,8 +723,11 @@ class GroupCoordinator:
             self._last_metadata_check_s = self._clock()
         for group_id, slot in list(self._slots.items()):
             if slot.consumer is not None:
-                self._tick_consumer_group(slot, partitions)
-                self._maybe_downgrade(group_id, slot)
+                if self._tick_consumer_group(slot, partitions):
+                    # Only after members expired: a group converted by a joining heartbeat
+                    # that then failed has lost no member, and is not flipped back (Kafka
+                    # applies the conversion and the heartbeat together).
+                    self._maybe_downgrade(group_id, slot)
                 continue
             group = slot.group
             if group.expire():
@@ -736,15 +739,18 @@ class GroupCoordinator:
             if group.ready_to_complete():
                 await self._complete(group_id, slot)
 
-    def _tick_consumer_group(self, slot: _GroupSlot, partitions: dict[str, int] | None) -> None:
+    def _tick_consumer_group(self, slot: _GroupSlot, partitions: dict[str, int] | None) -> bool:
         """Expire sessions and revocation deadlines; on a metadata check, compute a new target
-        when the subscribed topics changed. Members learn it at their next heartbeat."""
+        when the subscribed topics changed. Members learn it at their next heartbeat. True
+        when members expired."""
         consumer = slot.consumer
-        changed = consumer.expire()
+        expired = consumer.expire()
+        changed = expired
         if partitions is not None:
             changed = consumer.refresh(partitions) or changed
         if changed:
             self._notify(slot)
+        return expired
 
     def _notify(self, slot: _GroupSlot) -> None:
         changed, slot.changed = slot.changed, asyncio.Event()

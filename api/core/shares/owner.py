@@ -132,11 +132,13 @@ class ShareOwner:
         """
         async with self._lock(key):
             part = await self._expired(key, limits)
-            part = SharePartition.starting_at(0) if part is None else part
+            if part is None:  # nothing was ever acquired here: nothing can be acknowledged
+                part = SharePartition.starting_at(0)
             changed, archived = part.acknowledge(
                 member_id, acknowledgements, limits=limits, now_ms=self._clock_ms()
             )
-            await self._store(key, changed)
+            if changed != part:
+                await self._store(key, changed)
             return archived
 
     async def release_member(self, key: ShareKey, member_id: str, *, limits: Limits) -> None:
@@ -149,10 +151,10 @@ class ShareOwner:
             if changed is not part:
                 await self._store(key, changed)
 
-    async def describe(self, key: ShareKey) -> SharePartition | None:
+    async def describe(self, key: ShareKey, *, limits: Limits) -> SharePartition | None:
         """The share partition as this node holds it (loaded from the table if need be)."""
         async with self._lock(key):
-            return await self._loaded(key)
+            return await self._loaded(key, limits)
 
     # ---- internals -------------------------------------------------------------------------
 
@@ -164,14 +166,14 @@ class ShareOwner:
         its expired locks released (in memory: stored with its next change; a crash
         meanwhile makes them available all the same)."""
         await self._ownership(key)
-        part = await self._loaded(key)
+        part = await self._loaded(key, limits)
         if part is None:
             return None
         part, _ = part.expire_locks(limits=limits, now_ms=self._clock_ms())
         self._partitions[key] = part
         return part
 
-    async def _loaded(self, key: ShareKey) -> SharePartition | None:
+    async def _loaded(self, key: ShareKey, limits: Limits) -> SharePartition | None:
         part = self._partitions.get(key)
         if part is not None:
             return part
@@ -179,7 +181,7 @@ class ShareOwner:
         state = stored.get(key.group_id)
         if state is None:
             return None
-        part = SharePartition.from_batches(state.start_offset, state.batches)
+        part = SharePartition.from_batches(state.start_offset, state.batches, limits)
         self._partitions[key] = part
         return part
 

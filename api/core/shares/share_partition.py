@@ -104,13 +104,18 @@ class SharePartition:
         return cls(offset, offset)
 
     @classmethod
-    def from_batches(cls, start_offset: int, batches: Iterable[ShareBatch]) -> SharePartition:
+    def from_batches(
+        cls, start_offset: int, batches: Iterable[ShareBatch], limits: Limits
+    ) -> SharePartition:
         """The state stored as `batches`: records stored as acquired lost their locks with
-        the owner that held them, and are available again (their deliveries still count)."""
+        the owner that held them, as if their locks expired: available again, or archived at
+        the delivery attempt limit (their deliveries count)."""
         records: dict[int, InFlight] = {}
         for batch in batches:
             state = RecordState(batch.state)
-            state = RecordState.AVAILABLE if state == RecordState.ACQUIRED else state
+            if state == RecordState.ACQUIRED:
+                at_limit = batch.delivery_count >= limits.delivery_attempt_limit
+                state = RecordState.ARCHIVED if at_limit else RecordState.AVAILABLE
             for offset in range(max(batch.first_offset, start_offset), batch.last_offset + 1):
                 records[offset] = InFlight(state, batch.delivery_count)
         end = max(records, default=start_offset - 1) + 1

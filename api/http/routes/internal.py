@@ -20,7 +20,7 @@ from api.http.deps import BrokerDep
 from api.http.wire import parse_json
 from storage_layout.cluster import routes
 from storage_layout.cluster.codec import REFUSED_STATUS, decode_append, refusal
-from storage_layout.meta.consumer_offsets import OffsetCommit
+from storage_layout.meta.consumer_offsets import offset_commit_from
 
 router = APIRouter(include_in_schema=False)
 
@@ -73,7 +73,7 @@ async def transaction_request(operation: str, request: Request, broker: BrokerDe
 @router.post(routes.TRANSACTION_OFFSETS_PATH)
 async def transaction_offsets(group: str, request: Request, broker: BrokerDep):
     body = parse_json(await request.body())
-    commits = [OffsetCommit(**offset) for offset in body["offsets"]]
+    commits = [offset_commit_from(offset) for offset in body["offsets"]]
     await broker.transaction_participants.end_offsets(group, commits, body["producer_id"])
     return {}
 

@@ -27,9 +27,9 @@ async def _create(connection: Connection, topic, validate_only: bool) -> dict:
     broker = connection.broker
     configs = {config.name: config.value for config in topic.configs if config.value is not None}
     try:
-        partitions = _partition_count(topic, connection.settings.kafka_auto_create_partitions)
         if not connection.permits("CREATE", "cluster", CLUSTER_RESOURCE_NAME):
             connection.check("CREATE", "topic", topic.name)
+        partitions = _partition_count(topic, connection.settings.kafka_auto_create_partitions)
         if validate_only:
             created = await broker.topics.validate_new(topic.name, partitions, configs)
         else:
@@ -64,12 +64,14 @@ async def _create(connection: Connection, topic, validate_only: bool) -> dict:
 
 
 def _partition_count(topic, default_partitions: int) -> int:
-    """Kafka's rules: a replica assignment gives the count (partitions 0, 1, ... in order, each
-    with distinct brokers) and excludes a count or replication factor; else -1 is the default.
+    """Kafka's rules: a replica assignment gives the count (each of partitions 0 to n-1 once,
+    in any order, each with distinct brokers) and excludes a count or replication factor;
+    else -1 is the default.
 
     Raises:
         InvalidRequest: both an assignment and a count or replication factor.
-        InvalidReplicaAssignment: partitions out of order, or an empty or repeating replica list.
+        InvalidReplicaAssignment: a partition twice or missing, or an empty or repeating
+            replica list.
     """
     assignments = list(topic.assignments or ())
     if not assignments:
@@ -79,17 +81,18 @@ def _partition_count(topic, default_partitions: int) -> int:
             "Both num_partitions or replication_factor and a replica assignment were set: "
             "give one or the other."
         )
-    for expected, assignment in enumerate(assignments):
+    indexes = [assignment.partition_index for assignment in assignments]
+    if sorted(indexes) != list(range(len(assignments))):
+        raise InvalidReplicaAssignment(
+            f"Replica assignments must name each of partitions 0 to {len(assignments) - 1} "
+            f"once; found {sorted(indexes)}."
+        )
+    for assignment in assignments:
         brokers = list(assignment.broker_ids)
-        if assignment.partition_index != expected:
-            raise InvalidReplicaAssignment(
-                f"Replica assignments must name partitions 0, 1, 2, ... in order; found "
-                f"partition {assignment.partition_index} where {expected} belongs."
-            )
         if not brokers or len(set(brokers)) != len(brokers):
             raise InvalidReplicaAssignment(
-                f"Partition {expected}'s replica list {brokers} must be non-empty and repeat "
-                "no broker."
+                f"Partition {assignment.partition_index}'s replica list {brokers} must be "
+                "non-empty and repeat no broker."
             )
     return len(assignments)
 
