@@ -132,8 +132,14 @@ def _epoch_runs(
     runs: Iterator[_Run], offsets: pa.ChunkedArray, epochs: LeaderEpochs
 ) -> Iterator[_Run]:
     """Runs cut where a leader epoch starts, each with its epoch (a batch has one)."""
-    values = offsets.to_pylist()  # ascending
-    starts = [start for _epoch, start in epochs.entries]
+    first, last = offsets[0].as_py(), offsets[-1].as_py()  # ascending
+    starts = [start for _epoch, start in epochs.entries if first < start <= last]
+    if not starts:  # the usual fetch: one leader wrote it all, no per-record work
+        epoch = epochs.epoch_of(first)
+        for run in runs:
+            yield dataclasses.replace(run, leader_epoch=epoch)
+        return
+    values = offsets.to_pylist()
     for run in runs:
         first, last = values[run.start], values[run.stop - 1]
         cuts = [bisect.bisect_left(values, s) for s in starts if first < s <= last]
