@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from storage_layout import paths
 from storage_layout.errors import LeadershipConflict
@@ -131,6 +130,8 @@ _LAYOUT = Layout(
     key_columns=("group_id", "topic", "partition"),
     sequence_column="commit_sequence",
     holder_name=lambda holder: f"Group '{holder[0]}'",
+    deleted_column="offset",
+    deleted_value=DELETED_OFFSET,
 )
 
 
@@ -249,11 +250,7 @@ class ConsumerOffsets(FencedRows):
     def groups(self) -> list[str]:
         """Sorted ids of the groups with stored offsets (latest table version): a group whose
         every offset was deleted is gone."""
-        files = self.latest_files()
-        columns = ["group_id", "topic", "partition", "offset", "commit_sequence"]
-        rows = self.latest_rows(self.read_files(files, columns))
-        live = rows.filter(pc.not_equal(rows.column("offset"), DELETED_OFFSET))
-        return sorted(pc.unique(live.column("group_id")).to_pylist())
+        return self.live_values("group_id")
 
 
 # ---- helpers (pure) --------------------------------------------------------------------------

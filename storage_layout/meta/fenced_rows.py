@@ -76,6 +76,9 @@ class Layout:
     key_columns: tuple[str, ...]  # a key's latest row is its value (holder columns included)
     sequence_column: str
     holder_name: Callable[[Holder], str]  # for messages, e.g. "Group 'g'"
+    # A latest row whose `deleted_column` holds `deleted_value` deletes its key.
+    deleted_column: str
+    deleted_value: object
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +265,16 @@ class FencedRows:
         """The row with the highest sequence for each distinct value of `keys` (default: the
         key columns); one row per key even if a row was stored twice."""
         return _latest_rows(table, keys or self._layout.key_columns, self._layout.sequence_column)
+
+    def live_values(self, column: str) -> list:
+        """Sorted distinct values of `column` among the keys not deleted (latest version)."""
+        layout = self._layout
+        columns = list(dict.fromkeys([*layout.key_columns, column, layout.deleted_column]))
+        rows = self.latest_rows(
+            self.read_files(self.latest_files(), [*columns, layout.sequence_column])
+        )
+        live = rows.filter(pc.not_equal(rows.column(layout.deleted_column), layout.deleted_value))
+        return sorted(pc.unique(live.column(column)).to_pylist())
 
     def _stored_files(self) -> list[MetaFile]:
         """The live files of the state read (call with the lock held)."""

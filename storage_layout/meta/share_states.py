@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from storage_layout import paths
 from storage_layout.errors import LeadershipConflict
@@ -139,11 +138,7 @@ class ShareStates(FencedRows):
 
     def groups(self) -> list[str]:
         """Sorted ids of the share groups with a stored state (latest table version)."""
-        files = self.latest_files()
-        columns = ["group_id", "topic", "partition", "start_offset", "state_sequence"]
-        rows = self.latest_rows(self.read_files(files, columns))
-        live = rows.filter(pc.not_equal(rows.column("start_offset"), DELETED_STATE))
-        return sorted(pc.unique(live.column("group_id")).to_pylist())
+        return self.live_values("group_id")
 
 
 _LAYOUT = Layout(
@@ -154,6 +149,8 @@ _LAYOUT = Layout(
     key_columns=("group_id", "topic", "partition"),
     sequence_column="state_sequence",
     holder_name=lambda holder: f"The share states of {holder[0]}/{holder[1]}",
+    deleted_column="start_offset",
+    deleted_value=DELETED_STATE,
 )
 _STATE_COLUMNS = ["group_id", "topic_id", "start_offset", "batches", "state_sequence"]
 
