@@ -28,14 +28,16 @@ class KeyRequired(BrokerError):
 
     code = "INVALID_RECORD"
 
-    def __init__(self, *, topic: str, index: int, indexes: tuple[int, ...] = ()) -> None:
-        which = f"Record {index} has" if len(indexes) <= 1 else f"Records {_listed(indexes)} have"
+    def __init__(self, *, topic: str, indexes: tuple[int, ...]) -> None:
+        which = (
+            f"Record {indexes[0]} has" if len(indexes) == 1 else f"Records {_listed(indexes)} have"
+        )
         super().__init__(
             f"{which} no key, and topic {topic!r} is compacted "
             "(cleanup.policy=compact keeps the latest record per key): give every record a key."
         )
-        self.index = index
-        self.indexes = indexes or (index,)  # every record without a key, first first
+        self.indexes = indexes  # every record without a key, in order
+        self.index = indexes[0]
 
 
 def _listed(indexes: tuple[int, ...], shown_max: int = 5) -> str:

@@ -28,7 +28,7 @@ def check_key(topic: TopicInfo, key: bytes | None, *, index: int) -> None:
         KeyRequired: `key` is None and the topic is compacted.
     """
     if key is None and topic.config.compacted:
-        raise KeyRequired(topic=topic.name, index=index)
+        raise KeyRequired(topic=topic.name, indexes=(index,))
 
 
 def check_keys(topic: TopicInfo, records: Records) -> None:
@@ -36,4 +36,4 @@ def check_keys(topic: TopicInfo, records: Records) -> None:
     (Kafka's ProduceResponse lists each in `record_errors`, and clients fail those records
     with INVALID_RECORD, the others of the batch with INVALID_DIFFERENT_RECORD)."""
     if topic.config.compacted and (keyless := keyless_indexes(records)):
-        raise KeyRequired(topic=topic.name, index=keyless[0], indexes=tuple(keyless))
+        raise KeyRequired(topic=topic.name, indexes=tuple(keyless))

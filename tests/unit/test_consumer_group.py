@@ -252,7 +252,7 @@ def test_classic_members_adopted_at_their_generation_reconcile_by_rejoining(grou
         group.classic_heartbeat("old", 7)
     # an eager member gave everything up before joining again: it owns nothing
     rejoin = ClassicJoin(
-        "old", "c", None, 10_000, 30_000, frozenset({"orders"}), frozenset(), "range"
+        "old", "c", None, 10_000, 30_000, frozenset({"orders"}), frozenset(), (("range", b""),)
     )
     member = group.classic_join(rejoin, TOPICS)
     assert len(member.assigned) == 3 and member.epoch == group.assignment_epoch

@@ -100,9 +100,14 @@ class ClassicJoin:
     rebalance_timeout_ms: int
     topics: frozenset[str]
     owned: Partitions
-    protocol: str  # the assignor name the member is answered with (its first)
-    # every (assignor, metadata) it offered: kept for a downgrade to a classic group
-    protocols: tuple[tuple[str, bytes], ...] = ()
+    # every (assignor, metadata) it offered, its preferred first: kept for a downgrade to a
+    # classic group
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol(self) -> str:
+        """The assignor name the member is answered with: its first."""
+        return self.protocols[0][0]
 
 
 @dataclass(frozen=True, slots=True)

@@ -346,11 +346,7 @@ class GroupCoordinator:
                     f"Member {member_id} of consumer group '{group_id}' uses the consumer "
                     "protocol: it leaves with a ConsumerGroupHeartbeat of epoch -1."
                 )
-            slot.consumer.leave(member_id, LEAVE_EPOCH, None)
-        else:
-            slot.group.leave(member_id)
-        self._notify(slot)
-        self._maybe_downgrade(group_id, slot)
+        self._leave(group_id, slot, member_id)
 
     async def remove_static_member(self, group_id: str, instance_id: str) -> str:
         """LeaveGroup v3+ by group.instance.id alone (an administrator's removal, as
@@ -367,13 +363,16 @@ class GroupCoordinator:
             raise UnknownMemberId(
                 f"No member of group '{group_id}' has group.instance.id '{instance_id}'."
             )
+        self._leave(group_id, slot, member_id)
+        return member_id
+
+    def _leave(self, group_id: str, slot: _GroupSlot, member_id: str) -> None:
         if slot.consumer is not None:
             slot.consumer.leave(member_id, LEAVE_EPOCH, None)
         else:
             slot.group.leave(member_id)
         self._notify(slot)
         self._maybe_downgrade(group_id, slot)
-        return member_id
 
     async def group(self, group_id: str) -> Group:
         return (await self._slot(group_id)).group
@@ -865,7 +864,7 @@ def _subscribed_topics(slot: _GroupSlot, partitions: dict[str, int]) -> set[str]
 
 
 def _classic_join(request: JoinRequest) -> ClassicJoin:
-    protocol, metadata = request.protocol_metadata[0]
+    _, metadata = request.protocol_metadata[0]
     try:
         subscription = decode_subscription(metadata)
     except BadConsumerProtocol as error:
@@ -878,7 +877,6 @@ def _classic_join(request: JoinRequest) -> ClassicJoin:
         rebalance_timeout_ms=request.rebalance_timeout_ms,
         topics=frozenset(subscription.topics),
         owned=frozenset(subscription.owned),
-        protocol=protocol,
         protocols=request.protocol_metadata,
     )
 
