@@ -46,14 +46,23 @@ def is_internal(name: str) -> bool:
     return name in INTERNAL_TOPICS
 
 
+def is_view(topic: TopicInfo) -> bool:
+    """Whether `topic` is an internal topic's view (not a catalog topic of that name)."""
+    return is_internal(topic.name) and topic.topic_id == _view_id(topic.name)
+
+
 def internal_topic(name: str, defaults: dict[str, str]) -> TopicInfo:
     """The view of internal topic `name` as Metadata and DescribeConfigs describe it."""
     return TopicInfo(
         name,
-        str(uuid.uuid5(uuid.NAMESPACE_URL, f"lakelog:internal:{name}")),
+        _view_id(name),
         0,
         INTERNAL_TOPICS[name],
         resolved(_OVERRIDES, defaults),
         overrides=dict(_OVERRIDES),
         defaults=dict(defaults),
     )
+
+
+def _view_id(name: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"lakelog:internal:{name}"))

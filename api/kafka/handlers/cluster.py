@@ -7,7 +7,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from api.core.internal_topics import is_internal
+from api.core.internal_topics import is_view
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code
 from api.kafka.messages import milliseconds
@@ -140,7 +140,7 @@ def _topic(connection: Connection, topic: TopicInfo, request, indexes: range | N
         "error_code": ErrorCode.none,
         "name": topic.name,
         "topic_id": topic_uuid(topic),
-        "is_internal": is_internal(topic.name) and topic.name not in broker.topics.cached(),
+        "is_internal": is_view(topic),
         "partitions": partitions,
     }
     # Eight ACL decisions per topic: only when asked for (Kafka's default is "not requested").
