@@ -384,7 +384,8 @@ def test_a_paused_leader_given_its_partition_back_serves_readers_at_the_new_epoc
     assert leader_epoch(first.kafka_address, topic_name) >= 2
 
 
-def leader_of(address: str, topic: str) -> int:
+def partition_zero(address: str, topic: str):
+    """Partition 0 of `topic` as a Metadata v12 answer from `address` names it."""
     body = {
         "topics": [{"name": topic}],
         "allow_auto_topic_creation": False,
@@ -392,18 +393,15 @@ def leader_of(address: str, topic: str) -> int:
     }
     metadata = raw(address, METADATA, 12, body)
     [partition] = [p for p in metadata.topics[0].partitions if p.partition_index == 0]
-    return partition.leader_id
+    return partition
+
+
+def leader_of(address: str, topic: str) -> int:
+    return partition_zero(address, topic).leader_id
 
 
 def leader_epoch(address: str, topic: str) -> int:
-    body = {
-        "topics": [{"name": topic}],
-        "allow_auto_topic_creation": False,
-        "include_topic_authorized_operations": False,
-    }
-    metadata = raw(address, METADATA, 12, body)
-    [partition] = [p for p in metadata.topics[0].partitions if p.partition_index == 0]
-    return partition.leader_epoch
+    return partition_zero(address, topic).leader_epoch
 
 
 def poll_offsets(consumer, count: int, timeout_s: float = 90) -> list[int]:
