@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -22,6 +23,7 @@ from fastapi import FastAPI
 from api.core import metrics, node_tls
 from api.core.broker import Broker
 from api.core.cluster import Cluster, ClusterSettings
+from api.core.group_configs import GroupConfigs
 from api.core.groups.coordinator import GroupCoordinator
 from api.core.lag_history import LagHistory
 from api.core.leaders import Leaders
@@ -30,6 +32,9 @@ from api.core.peers import Peers, request_id_headers
 from api.core.producer_ids import ProducerIds
 from api.core.scheduled_jobs import ScheduledJobs
 from api.core.schemas.registry import SchemaRegistry
+from api.core.shares import serving
+from api.core.shares.owner import ShareKey, ShareOwner
+from api.core.shares.share_partition import Archived
 from api.core.topics import Topics
 from api.core.transaction_participants import TransactionParticipants
 from api.core.transaction_requests import TransactionRequests
@@ -44,6 +49,8 @@ from storage_layout import paths, store
 from storage_layout.cluster.client import NodeClient
 from storage_layout.cluster.nodes import NodeRegistry
 from storage_layout.meta.consumer_offsets import ConsumerOffsets
+from storage_layout.meta.group_configs import GroupConfigStore
+from storage_layout.meta.share_states import ShareStates
 from storage_layout.meta.transaction_state import TransactionStateStore
 
 EXECUTOR_THREADS = 8
@@ -168,6 +175,8 @@ class Node:
             transaction_participants=participants,
             scheduled_jobs=self._start_scheduled_jobs(cluster, leaders, topics),
             schemas=await blocking(SchemaRegistry, self.root),
+            group_configs=GroupConfigs(await blocking(GroupConfigStore, self.root), blocking),
+            shares=await self._share_owner(cluster),
         )
 
     async def _join_cluster(self) -> Cluster:
@@ -244,6 +253,20 @@ class Node:
         groups.start()
         self._closers.append(groups.close)
         return groups, states
+
+    async def _share_owner(self, cluster: Cluster) -> ShareOwner:
+        states = await self.blocking(ShareStates, self.root)
+
+        async def dead_letters(key: ShareKey, archived: list[Archived]) -> None:
+            await serving.dead_letter_archived(self.broker, key, archived)
+
+        return ShareOwner(
+            states=states,
+            node_id=cluster.node_id,
+            blocking=self.blocking,
+            clock_ms=lambda: int(time.time() * 1000),
+            on_archived=dead_letters,
+        )
 
     def _start_scheduled_jobs(
         self, cluster: Cluster, leaders: Leaders, topics: Topics

@@ -22,6 +22,7 @@ from api.core import metrics, produce_rules
 from api.core.cluster import Cluster
 from api.core.errors import BrokerShuttingDown, InvalidRequest, NotLeader
 from api.core.follower_reads import FollowerReads
+from api.core.group_configs import GroupConfigs
 from api.core.groups.coordinator import GroupCoordinator
 from api.core.leaders import Leaders, Route
 from api.core.partitions import Partitions
@@ -41,6 +42,7 @@ from api.core.scheduled_jobs import ScheduledJobs
 from api.core.schemas.errors import RecordSchemaInvalid
 from api.core.schemas.registry import SchemaRegistry
 from api.core.schemas.typed_records import TypedRecords
+from api.core.shares.owner import ShareOwner
 from api.core.topics import Topics
 from api.core.transaction_participants import TransactionParticipants
 from api.core.transaction_requests import TransactionRequests
@@ -92,6 +94,8 @@ class Broker:
         transaction_participants: TransactionParticipants,
         scheduled_jobs: ScheduledJobs | None,
         schemas: SchemaRegistry,
+        group_configs: GroupConfigs,
+        shares: ShareOwner,
     ) -> None:
         self.settings = settings
         self.root = root
@@ -114,6 +118,8 @@ class Broker:
         self.transaction_participants = transaction_participants
         self.scheduled_jobs = scheduled_jobs  # None unless this node runs maintenance
         self.schemas = schemas
+        self.group_configs = group_configs
+        self.shares = shares  # the share partitions of the topic partitions this node leads
         self.typed_records = TypedRecords(schemas, blocking)
 
     def begin_close(self) -> None:

@@ -75,7 +75,7 @@ from api.core.schemas.errors import (
     VersionNotSoftDeleted,
     VersionSoftDeleted,
 )
-from api.core.shares.errors import InvalidRecordState
+from api.core.shares.errors import InvalidRecordState, UnknownDeliveryId
 from api.security.errors import (
     AuthenticationFailed,
     AuthorizationFailed,
@@ -142,6 +142,7 @@ ERROR_STATUS: dict[type[Exception], tuple[int, int]] = {
     InvalidTxnState: (409, 40918),
     InvalidProducerIdMapping: (409, 40919),
     InvalidRecordState: (409, 40920),
+    UnknownDeliveryId: (404, 40408),
     InternalTopicAccess: (400, 40002),
     TransactionalIdNotFound: (404, 40407),
     InvalidTransactionTimeout: (422, 42216),

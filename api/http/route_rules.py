@@ -57,6 +57,7 @@ def cluster(operation: str) -> Rule:
 INSTANCE = "/consumers/{group}/instances/{instance}"
 V3 = "/v3/clusters/{cluster_id}"
 V3_GROUP = V3 + "/consumer-groups/{group}"
+V3_SHARE = V3 + "/share-groups/{group}"
 V3_TRANSACTION = V3 + "/transactions/{transactional_id}"
 _READ_TOPICS = "READ on every topic named in the body"
 _SUBJECT = "%s on the subject, or on the topic of a <topic>-key/-value subject"
@@ -143,6 +144,13 @@ RULES: dict[tuple[str, str], Rule] = {
         also="WRITE on the transactional id; else IDEMPOTENT_WRITE on the cluster or WRITE on "
         "some topic",
     ),
+    # share groups (a lakelog extension: api/http/routes/share_groups.py)
+    ("GET", V3 + "/share-groups"): Rule("filter", also="groups the principal may DESCRIBE"),
+    ("GET", V3_SHARE): group("DESCRIBE"),
+    ("POST", V3_SHARE + "/records:acquire"): group("READ", also=_READ_TOPICS),
+    ("POST", V3_SHARE + "/records:acknowledge"): group("READ"),
+    ("GET", V3_SHARE + "/configs"): group("DESCRIBE_CONFIGS"),
+    ("POST", V3_SHARE + "/configs:alter"): group("ALTER_CONFIGS"),
     # v3 consumer groups (read-only views)
     ("GET", V3 + "/consumer-groups"): Rule("filter", also="groups the principal may DESCRIBE"),
     ("GET", V3_GROUP): group("DESCRIBE"),

@@ -20,6 +20,11 @@ MARKER_PATH = PREFIX + "topics/{topic}/partitions/{partition}/marker"
 TRANSACTION_PATH = PREFIX + "transactions/{operation}"
 # A committed transaction's offsets for the group's coordinator (FORMAT.md §15).
 TRANSACTION_OFFSETS_PATH = PREFIX + "groups/{group}/transaction-offsets"
+# A share group's acquisition and acknowledgements for the topic partition's leader, where
+# its share partition lives (HTTP queue consumption served by any node). The group id is in
+# the body: any string is one, and a path cannot carry every string.
+SHARE_ACQUIRE_PATH = PREFIX + "shares/topics/{topic}/partitions/{partition}/acquire"
+SHARE_ACKNOWLEDGE_PATH = PREFIX + "shares/topics/{topic}/partitions/{partition}/acknowledge"
 # The groups a node coordinates (the cluster-wide group list asks every node).
 GROUPS_PATH = PREFIX + "groups"
 
@@ -33,6 +38,8 @@ ALL_PATHS = (
     ("POST", TRANSACTION_PATH),
     ("POST", TRANSACTION_OFFSETS_PATH),
     ("GET", GROUPS_PATH),
+    ("POST", SHARE_ACQUIRE_PATH),
+    ("POST", SHARE_ACKNOWLEDGE_PATH),
 )
 
 
@@ -54,3 +61,7 @@ def transaction_offsets_path(group: str) -> str:
 
 def partition_offsets_path(topic: str, partition: int) -> str:
     return PARTITION_OFFSETS_PATH.format(topic=topic, partition=partition)
+
+
+def share_path(path: str, topic: str, partition: int) -> str:
+    return path.format(topic=topic, partition=partition)

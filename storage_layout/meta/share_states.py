@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from storage_layout import paths
 from storage_layout.errors import LeadershipConflict
@@ -136,6 +137,25 @@ class ShareStates(FencedRows):
         states = _states(self.latest_rows(rows, ("group_id",)))
         return {s.group_id: s for s in states if s.topic_id == topic_id}
 
+    def of_group(self, group_id: str) -> dict[tuple[str, int], ShareState]:
+        """The group's share states by (topic, partition), as of the latest table version
+        (every incarnation's: the caller knows which topic ids are current).
+
+        Raises:
+            StorageUnavailable: the table could not be read.
+        """
+        columns = ["topic", "partition", *_STATE_COLUMNS]
+        rows = self.read_files(self.latest_files(), columns)
+        rows = self.latest_rows(rows.filter(pc.equal(rows.column("group_id"), group_id)))
+        topics, partitions = rows.column("topic").to_pylist(), rows.column("partition").to_pylist()
+        holders = zip(topics, partitions, strict=True)
+        states = _states(rows, keep_deleted=True)
+        return {
+            holder: state
+            for holder, state in zip(holders, states, strict=True)
+            if state.start_offset != DELETED_STATE
+        }
+
     def groups(self) -> list[str]:
         """Sorted ids of the share groups with a stored state (latest table version)."""
         return self.live_values("group_id")
@@ -198,7 +218,7 @@ def _batch_row(batch: ShareBatch) -> dict:
     }
 
 
-def _states(rows: pa.Table) -> list[ShareState]:
+def _states(rows: pa.Table, *, keep_deleted: bool = False) -> list[ShareState]:
     return [
         ShareState(
             row["group_id"],
@@ -207,5 +227,5 @@ def _states(rows: pa.Table) -> list[ShareState]:
             tuple(ShareBatch(**batch) for batch in row["batches"] or ()),
         )
         for row in rows.to_pylist()
-        if row["start_offset"] != DELETED_STATE
+        if keep_deleted or row["start_offset"] != DELETED_STATE
     ]

@@ -429,3 +429,33 @@ def test_kafka_configs_user_quotas(secured_node, tmp_path):
     )
     listed = quotas_listed(gateway)
     assert "User:frank" not in listed
+
+
+def test_kafka_configs_of_a_group(bootstrap, http):
+    """`kafka-configs --entity-type groups` sets, shows and deletes a share group's configs
+    (the GROUP config resource); the HTTP view shows the same settings."""
+    server = ("--bootstrap-server", bootstrap)
+    entity = ("--entity-type", "groups", "--entity-name", "tools-share")
+    settings = "share.auto.offset.reset=earliest,share.record.lock.duration.ms=20000"
+    run("kafka-configs", *server, *entity, "--alter", "--add-config", settings)
+    described = run("kafka-configs", *server, *entity, "--describe").stdout
+    assert "share.auto.offset.reset=earliest" in described
+    assert "share.record.lock.duration.ms=20000" in described
+    listed = http.get("/v3/clusters/lakelog/share-groups/tools-share/configs").json()["data"]
+    assert {"name": "share.auto.offset.reset", "value": "earliest"}.items() <= next(
+        c for c in listed if c["name"] == "share.auto.offset.reset"
+    ).items()
+    run("kafka-configs", *server, *entity, "--alter", "--delete-config", "share.auto.offset.reset")
+    described = run("kafka-configs", *server, *entity, "--describe").stdout
+    assert "share.auto.offset.reset" not in described
+    refused = run(
+        "kafka-configs",
+        *server,
+        *entity,
+        "--alter",
+        "--add-config",
+        "share.record.lock.duration.ms=5",
+        ok=False,
+    )
+    assert refused.returncode != 0
+    assert "between 15000 and 60000" in refused.stderr + refused.stdout

@@ -88,10 +88,26 @@ async def send_dead_letter(broker: Broker, request: DeadLetterRequest) -> DeadLe
     _check(report)
     groups = broker.groups
     await groups.check_committer(request.group_id, request.member_id, request.generation)
-    record = await _source_record(broker, report)
-    ack = await _produce(broker, request, record)
+    ack = await write_dead_letter(broker, report, group_id=request.group_id)
     committed = await _commit_past(broker, request)
     return DeadLetterAck(report.target_topic, ack.partition, ack.offset, committed)
+
+
+async def write_dead_letter(
+    broker: Broker, report: DeadLetterReport, *, group_id: str, copy_record: bool = True
+) -> RecordAck:
+    """Copy the reported record to its dead letter topic (created on first use) with the
+    headers that name its source and the failure; with `copy_record` False, only the headers
+    (a share group's `errors.deadletterqueue.copy.record.enable`).
+
+    Raises:
+        OffsetOutOfRange: the offset is not in the source partition.
+        RecordNotFound: compaction removed the record.
+    """
+    record = await _source_record(broker, report)
+    if not copy_record:
+        record = record | {"key": None, "value": None}
+    return await _produce(broker, report, group_id, record)
 
 
 def _check(report: DeadLetterReport) -> None:
@@ -124,14 +140,13 @@ def _first_row(records: pa.Table) -> dict:
     return row
 
 
-async def _produce(broker: Broker, request: DeadLetterRequest, row: dict) -> RecordAck:
-    report = request.report
+async def _produce(broker: Broker, report: DeadLetterReport, group_id: str, row: dict) -> RecordAck:
     topic = await _dead_letter_topic(broker, report)
     # The source's partition number, as Spring's dead letter publisher: keyed records land
     # where the key's partition is anyway, and unkeyed ones keep their partition's order.
     partition = report.source.partition if report.source.partition < topic.partitions else None
     record = NewRecord(
-        key=row["key"], value=row["value"], headers=_headers(request, row)
+        key=row["key"], value=row["value"], headers=_headers(report, group_id, row)
     )  # timestamp: now, when it failed (the source's is in a header)
     [result] = await broker.produce(topic.name, [ProduceRecord(partition, record)], acks=ACKS_ALL)
     if isinstance(result, Exception):
@@ -151,7 +166,7 @@ async def _dead_letter_topic(broker: Broker, report: DeadLetterReport):
         return await broker.topics.get(name)
 
 
-def _headers(request: DeadLetterRequest, row: dict) -> tuple[Header, ...]:
+def _headers(report: DeadLetterReport, group_id: str, row: dict) -> tuple[Header, ...]:
     """The record's own headers (earlier dead-letter headers dropped: it failed again) and
     ours, which name its source and the failure."""
     own = tuple(
@@ -159,13 +174,12 @@ def _headers(request: DeadLetterRequest, row: dict) -> tuple[Header, ...]:
         for h in row["headers"] or ()
         if not h["key"].startswith(HEADER_PREFIX)
     )
-    report = request.report
     ours = {
         SOURCE_TOPIC_HEADER: report.source.topic,
         SOURCE_PARTITION_HEADER: str(report.source.partition),
         SOURCE_OFFSET_HEADER: str(report.offset),
         SOURCE_TIMESTAMP_HEADER: str(row["timestamp_ms"]),
-        GROUP_HEADER: request.group_id,
+        GROUP_HEADER: group_id,
         ERROR_HEADER: report.error,
         ATTEMPTS_HEADER: str(report.attempts),
     }

@@ -15,3 +15,9 @@ class InvalidRecordState(ShareError):
     already, held by another member, or its lock expired): nothing changed."""
 
     code = "INVALID_RECORD_STATE"
+
+
+class UnknownDeliveryId(ShareError):
+    """An HTTP acknowledgement whose delivery id this API never handed out (lakelog's own)."""
+
+    code = "UNKNOWN_DELIVERY_ID"

@@ -15,7 +15,7 @@ partition serializes its share groups' changes and commits; table I/O runs on `b
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from api.core.errors import NotLeader
@@ -50,10 +50,14 @@ class LogRead:
 
     offsets: Sequence[int]
     read_to: int
+    log_start_offset: int = 0  # the log's start: everything before it is settled
 
 
 # (from offset, records at most) -> what the log holds there
 Reader = Callable[[int, int], Awaitable[LogRead]]
+# Records archived after delivery (rejected, at the delivery limit), told before the change
+# that archives them is stored: the dead letters (at least once: a failed store repeats them).
+ArchivedHook = Callable[[ShareKey, list[Archived]], Awaitable[None]]
 
 
 class NotShareOwner(NotLeader):
@@ -70,14 +74,18 @@ class ShareOwner:
         node_id: int,
         blocking: Blocking,
         clock_ms: Callable[[], int],
+        on_archived: ArchivedHook | None = None,
     ) -> None:
         self._states = states
+        self._on_archived = on_archived
         self._node_id = node_id
         self._blocking = blocking
         self._clock_ms = clock_ms
         self._held: dict[tuple[str, int], Leadership] = {}
         self._partitions: dict[ShareKey, SharePartition] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        # archived in memory (lock expiry, a load), told with the next stored change
+        self._unsent: dict[ShareKey, list[Archived]] = {}
 
     # ---- the share partitions' operations --------------------------------------------------
 
@@ -104,6 +112,7 @@ class ShareOwner:
             if placed:
                 part = SharePartition.starting_at(await start_offset())
             found = await read(part.next_fetch_offset(), records_max)
+            part = part.moved_to(found.log_start_offset)
             changed, acquired = part.acquire(
                 member_id,
                 found.offsets,
@@ -112,7 +121,7 @@ class ShareOwner:
                 limits=limits,
                 now_ms=self._clock_ms(),
             )
-            if acquired or placed or changed != part:
+            if acquired or placed or changed != part or self._unsent.get(key):
                 await self._store(key, changed)
             return acquired
 
@@ -123,22 +132,33 @@ class ShareOwner:
         acknowledgements: Sequence[tuple[int, AcknowledgeType]],
         *,
         limits: Limits,
+        delivery_counts: Mapping[int, int] | None = None,
     ) -> list[Archived]:
-        """Apply a member's acknowledgements, all or none, stored before this returns.
+        """Apply a member's acknowledgements, all or none, stored before this returns
+        (`delivery_counts`: SharePartition.acknowledge's).
 
         Raises:
             InvalidRecordState: an acknowledgement of a record the member does not hold.
             NotShareOwner: another node owns the topic partition's share states now.
         """
         async with self._lock(key):
-            part = await self._expired(key, limits)
+            await self._ownership(key)
+            # before the expired locks are released, so that acknowledging a record whose
+            # lock expired is refused as such (not as "available")
+            part = await self._loaded(key, limits)
             if part is None:  # nothing was ever acquired here: nothing can be acknowledged
                 part = SharePartition.starting_at(0)
+            now_ms = self._clock_ms()
             changed, archived = part.acknowledge(
-                member_id, acknowledgements, limits=limits, now_ms=self._clock_ms()
+                member_id,
+                acknowledgements,
+                limits=limits,
+                now_ms=now_ms,
+                delivery_counts=delivery_counts,
             )
+            changed, expired = changed.expire_locks(limits=limits, now_ms=now_ms)
             if changed != part:
-                await self._store(key, changed)
+                await self._store(key, changed, [*archived, *expired])
             return archived
 
     async def release_member(self, key: ShareKey, member_id: str, *, limits: Limits) -> None:
@@ -147,14 +167,22 @@ class ShareOwner:
             part = await self._expired(key, limits)
             if part is None:
                 return
-            changed, _ = part.release_member(member_id, limits=limits)
+            changed, archived = part.release_member(member_id, limits=limits)
             if changed is not part:
-                await self._store(key, changed)
+                await self._store(key, changed, archived)
 
     async def describe(self, key: ShareKey, *, limits: Limits) -> SharePartition | None:
         """The share partition as this node holds it (loaded from the table if need be)."""
         async with self._lock(key):
             return await self._loaded(key, limits)
+
+    async def stored_groups(self) -> list[str]:
+        """The share groups with a stored state (any node's)."""
+        return await self._blocking(self._states.groups)
+
+    async def stored_partitions(self, group_id: str) -> dict[tuple[str, int], ShareState]:
+        """The group's stored share states by (topic, partition), every node's."""
+        return await self._blocking(self._states.of_group, group_id)
 
     # ---- internals -------------------------------------------------------------------------
 
@@ -169,7 +197,8 @@ class ShareOwner:
         part = await self._loaded(key, limits)
         if part is None:
             return None
-        part, _ = part.expire_locks(limits=limits, now_ms=self._clock_ms())
+        part, archived = part.expire_locks(limits=limits, now_ms=self._clock_ms())
+        self._unsent.setdefault(key, []).extend(archived)
         self._partitions[key] = part
         return part
 
@@ -182,16 +211,23 @@ class ShareOwner:
         if state is None:
             return None
         part = SharePartition.from_batches(state.start_offset, state.batches, limits)
+        self._unsent[key] = SharePartition.archived_on_load(state.batches, limits)
         self._partitions[key] = part
         return part
 
-    async def _store(self, key: ShareKey, part: SharePartition) -> None:
-        """Commit `part` as the share partition's state under this node's fence, then adopt it.
+    async def _store(
+        self, key: ShareKey, part: SharePartition, archived: Sequence[Archived] = ()
+    ) -> None:
+        """Commit `part` as the share partition's state under this node's fence, then adopt it;
+        the records it archives are told first (`on_archived`).
 
         Raises:
             NotShareOwner: the fence was taken by another node (nothing stored).
         """
         held = await self._ownership(key)
+        told = [*self._unsent.get(key, ()), *archived]
+        if told and self._on_archived is not None:
+            await self._on_archived(key, told)
         state = ShareState(key.group_id, key.topic_id, part.start_offset, tuple(part.batches()))
         commit = ShareCommit(key.topic, key.partition, held, [state])
         outcome = (await self._blocking(self._states.commit_many, [commit]))[
@@ -203,6 +239,7 @@ class ShareOwner:
                 f"Another node owns the share states of {key.topic}/{key.partition} now; "
                 "ask the partition's leader."
             ) from outcome
+        self._unsent.pop(key, None)
         self._partitions[key] = part
 
     async def _ownership(self, key: ShareKey) -> Leadership:
@@ -228,9 +265,9 @@ class ShareOwner:
         return held
 
     def _forget(self, topic: str, partition: int) -> None:
+        where = (topic, partition)
         self._held.pop((topic, partition), None)
+        self._unsent = {k: a for k, a in self._unsent.items() if (k.topic, k.partition) != where}
         self._partitions = {
-            k: p
-            for k, p in self._partitions.items()
-            if (k.topic, k.partition) != (topic, partition)
+            k: p for k, p in self._partitions.items() if (k.topic, k.partition) != where
         }

@@ -121,6 +121,17 @@ class SharePartition:
         end = max(records, default=start_offset - 1) + 1
         return cls(start_offset, max(end, start_offset), records).settled()
 
+    @staticmethod
+    def archived_on_load(batches: Iterable[ShareBatch], limits: Limits) -> list[Archived]:
+        """The records `from_batches` archives: stored as acquired at the delivery limit."""
+        return [
+            Archived(offset, batch.delivery_count, ArchiveReason.DELIVERY_LIMIT)
+            for batch in batches
+            if batch.state == RecordState.ACQUIRED
+            and batch.delivery_count >= limits.delivery_attempt_limit
+            for offset in range(batch.first_offset, batch.last_offset + 1)
+        ]
+
     def batches(self) -> list[ShareBatch]:
         """The in-flight records as runs of one state and delivery count (offset order), as
         stored (FORMAT.md §19): acquired records as acquired, without member or deadline."""
@@ -201,12 +212,16 @@ class SharePartition:
         *,
         limits: Limits,
         now_ms: int,
+        delivery_counts: Mapping[int, int] | None = None,
     ) -> tuple[SharePartition, list[Archived]]:
-        """Apply a member's acknowledgements (offset, type), all or none.
+        """Apply a member's acknowledgements (offset, type), all or none. `delivery_counts`
+        (offset -> the delivery acknowledged) refuses an acknowledgement of an earlier delivery
+        of a record the member acquired again since.
 
         Raises:
             InvalidRecordState: an offset is not in flight, not acquired, acquired by another
-                member, or its lock has expired; or one offset appears twice.
+                member, its lock has expired, or it was delivered again since; or one offset
+                appears twice.
         """
         records = dict(self.records)
         archived: list[Archived] = []
@@ -218,6 +233,7 @@ class SharePartition:
             if kind == AcknowledgeType.GAP and self._settled_gap(offset):
                 continue  # never delivered (archived when it was read): nothing to do
             record = self._held(offset, member_id, now_ms)
+            _check_delivery(offset, record, (delivery_counts or {}).get(offset))
             if kind == AcknowledgeType.RENEW:
                 records[offset] = replace(record, deadline_ms=now_ms + limits.lock_duration_ms)
                 continue
@@ -321,6 +337,14 @@ class SharePartition:
             o
             for o, r in self.records.items()
             if r.state == RecordState.ACQUIRED and r.member_id == member_id
+        )
+
+
+def _check_delivery(offset: int, record: InFlight, expected: int | None) -> None:
+    if expected is not None and expected != record.delivery_count:
+        raise InvalidRecordState(
+            f"Offset {offset} was delivered again since delivery {expected} (now delivery "
+            f"{record.delivery_count}): acknowledge the latest delivery."
         )
 
 

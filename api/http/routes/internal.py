@@ -15,7 +15,11 @@ from api.core.broker import Broker
 from api.core.groups.coordinator import GroupDescription
 from api.core.groups.errors import GroupNotFound, NotCoordinator
 from api.core.peers import travels
+from api.core.shares import serving
+from api.core.shares.errors import ShareError
+from api.core.shares.share_partition import AcknowledgeType
 from api.core.writer import TransactionMarker
+from api.http import share_queue
 from api.http.deps import BrokerDep
 from api.http.wire import parse_json
 from storage_layout.cluster import routes
@@ -75,6 +79,40 @@ async def transaction_offsets(group: str, request: Request, broker: BrokerDep):
     body = parse_json(await request.body())
     commits = [offset_commit_from(offset) for offset in body["offsets"]]
     await broker.transaction_participants.end_offsets(group, commits, body["producer_id"])
+    return {}
+
+
+@router.post(routes.SHARE_ACQUIRE_PATH)
+async def share_acquire(topic: str, partition: int, request: Request, broker: BrokerDep):
+    """Records of a share partition this node leads, acquired for an HTTP member."""
+    body = parse_json(await request.body())
+    key = await serving.share_key(broker, body["group_id"], topic, partition)
+    delivery = await serving.acquire_here(
+        broker,
+        key,
+        body["member_id"],
+        records_max=body["records_max"],
+        bytes_max=body["bytes_max"],
+        lock_duration_ms=body.get("lock_duration_ms"),
+    )
+    return {"records": share_queue.delivery_items(delivery, body["member_id"], body["embedded"])}
+
+
+@router.post(routes.SHARE_ACKNOWLEDGE_PATH)
+async def share_acknowledge(topic: str, partition: int, request: Request, broker: BrokerDep):
+    """An HTTP member's acknowledgements of a share partition this node leads; a refusal of
+    the records (InvalidRecordState) is an answer, not a failure of the call."""
+    body = parse_json(await request.body())
+    acknowledgements = [
+        (share_queue.DeliveryId(topic, body["topic_id"], partition, o, c, body["member_id"]), k)
+        for o, k, c in body["acknowledgements"]
+    ]
+    try:
+        await share_queue.acknowledge_here(
+            broker, body["group_id"], [(d, AcknowledgeType(k)) for d, k in acknowledgements]
+        )
+    except ShareError as refused:
+        return {"refused": type(refused).__name__, "message": str(refused)}
     return {}
 
 

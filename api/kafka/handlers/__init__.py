@@ -124,6 +124,7 @@ def _table() -> dict[int, Api]:
         Api(61, "DescribeProducers", 0, 0, transaction_admin.describe_producers),
         Api(65, "DescribeTransactions", 0, 0, transaction_admin.describe_transactions),
         Api(66, "ListTransactions", 0, 1, transaction_admin.list_transactions),
+        Api(74, "ListConfigResources", 1, 1, configs.list_config_resources),
         Api(71, "GetTelemetrySubscriptions", 0, 0, telemetry.get_telemetry_subscriptions),
         Api(75, "DescribeTopicPartitions", 0, 0, cluster.describe_topic_partitions),
         *_group_apis(),

@@ -6,13 +6,14 @@ configs are the cluster-wide topic defaults under Kafka's broker names (log.rete
 LAKELOG_DEFAULT_* sets them at a node's start, and altering the cluster-wide default broker
 resource (`kafka-configs --entity-type brokers --entity-default`) sets them at any time. Per
 broker there is nothing to set (every node serves the same topics), so only deleting works
-there: Kafka's tools clear replication throttles that way."""
+there: Kafka's tools clear replication throttles that way. A group's configs
+(`kafka-configs --entity-type groups`) are api/core/group_configs.py's."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from api.core import topic_configs
+from api.core import group_configs, topic_configs
 from api.core.errors import InvalidRequest
 from api.core.topic_configs import (
     DEFAULT_CONFIG,
@@ -26,8 +27,10 @@ from api.security.authorizer import CLUSTER_RESOURCE_NAME
 from storage_layout.errors import InvalidConfig
 from storage_layout.topic_config import BROKER_NAMES, TopicConfig
 
-TOPIC, BROKER = 2, 4  # Kafka's ConfigResource.Type
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32  # ConfigResource.Type
 SOURCES = {DYNAMIC_TOPIC_CONFIG: 1, DYNAMIC_DEFAULT_BROKER_CONFIG: 3, DEFAULT_CONFIG: 5}
+GROUP_CONFIG_SOURCE = 8  # ConfigSource.GROUP_CONFIG: the group's own setting
+CONFIG_TYPES = {int: 3, bool: 1, str: 2}  # ConfigType: INT, BOOLEAN, STRING
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 STRING_TYPE = 2  # ConfigType, as Kafka's DescribeConfigs v3+ reports it
 
@@ -54,6 +57,9 @@ async def _describe(connection: Connection, resource, include_synonyms: bool) ->
         elif resource.resource_type == BROKER:
             connection.check("DESCRIBE_CONFIGS", "cluster", CLUSTER_RESOURCE_NAME)
             configs = await _broker_configs(connection)
+        elif resource.resource_type == GROUP:
+            connection.check("DESCRIBE_CONFIGS", "group", resource.resource_name)
+            configs = await _group_configs(connection, resource.resource_name)
         else:
             raise InvalidRequest(
                 f"Config resources of type {resource.resource_type} do not exist here."
@@ -109,6 +115,23 @@ async def _broker_configs(connection: Connection) -> list[dict]:
             "documentation": None,
         }
         for name, value in builtin.items()
+    ]
+
+
+async def _group_configs(connection: Connection, group_id: str) -> list[dict]:
+    entries = await connection.broker.group_configs.describe(group_id)
+    return [
+        {
+            "name": entry.name,
+            "value": entry.value,
+            "read_only": False,
+            "config_source": SOURCES[DEFAULT_CONFIG] if entry.is_default else GROUP_CONFIG_SOURCE,
+            "is_sensitive": False,
+            "synonyms": [],
+            "config_type": CONFIG_TYPES[group_configs.DEFINITIONS[entry.name].kind],
+            "documentation": None,
+        }
+        for entry in entries
     ]
 
 
@@ -181,6 +204,12 @@ async def _alter(connection: Connection, resource, validate_only: bool, changes_
         if resource.resource_type == BROKER:
             await _alter_broker(connection, resource.resource_name, validate_only, changes_of)
             return answer | {"error_code": ErrorCode.none, "error_message": None}
+        if resource.resource_type == GROUP:
+            connection.check("ALTER_CONFIGS", "group", resource.resource_name)
+            await broker.group_configs.alter(
+                resource.resource_name, changes_of, validate_only=validate_only
+            )
+            return answer | {"error_code": ErrorCode.none, "error_message": None}
         if resource.resource_type != TOPIC:
             raise InvalidRequest(
                 f"Config resources of type {resource.resource_type} cannot be altered here."
@@ -224,6 +253,31 @@ async def _alter_broker(connection: Connection, name: str, validate_only: bool, 
         raise InvalidConfig(f"{', '.join(unknown)}: not a broker config lakelog has.")
     known = {by_topic_name[n]: value for n, value in changes.items() if n in by_topic_name}
     await topics.alter_defaults(known, validate_only=validate_only)
+
+
+async def list_config_resources(connection: Connection, request, version: int) -> dict:
+    """KIP-1142 (v1): the resources with configs, by type (empty: every type listed here).
+    Topics and brokers as Metadata names them; groups that set configs, or have offsets or
+    share-partition state."""
+    connection.check("DESCRIBE_CONFIGS", "cluster", CLUSTER_RESOURCE_NAME)
+    wanted = set(request.resource_types) or {TOPIC, BROKER, GROUP}
+    if not wanted <= {TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP}:
+        # the answer has no message field: the code alone says a type is not Kafka's
+        return {"throttle_time": 0, "error_code": ErrorCode.invalid_request, "config_resources": []}
+    resources = []
+    broker = connection.broker
+    if TOPIC in wanted:
+        topics = await broker.topics.list_all()
+        resources += [{"resource_name": t.name, "resource_type": TOPIC} for t in topics]
+    if BROKER in wanted:
+        nodes = broker.cluster.live_nodes()
+        resources += [{"resource_name": str(n), "resource_type": BROKER} for n in nodes]
+    if GROUP in wanted:
+        named = set(await broker.group_configs.configured_groups())
+        named |= set(await broker.shares.stored_groups())
+        named |= set(await broker.groups.stored_groups())
+        resources += [{"resource_name": g, "resource_type": GROUP} for g in sorted(named)]
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "config_resources": resources}
 
 
 async def describe_cluster(connection: Connection, request, version: int) -> dict:
