@@ -33,6 +33,7 @@ from api.core.producer_ids import ProducerIds
 from api.core.scheduled_jobs import ScheduledJobs
 from api.core.schemas.registry import SchemaRegistry
 from api.core.shares import serving
+from api.core.shares.membership import ShareMembership
 from api.core.shares.owner import ShareKey, ShareOwner
 from api.core.shares.share_partition import Archived
 from api.core.topics import Topics
@@ -54,6 +55,7 @@ from storage_layout.meta.share_states import ShareStates
 from storage_layout.meta.transaction_state import TransactionStateStore
 
 EXECUTOR_THREADS = 8
+SHARE_EXPIRY_INTERVAL_S = 1.0  # how often share group members' sessions are checked
 
 log = logging.getLogger("lakelog.node")
 
@@ -160,6 +162,7 @@ class Node:
         )
         membership.start()
         self._closers.append(membership.close)
+        configs = GroupConfigs(await blocking(GroupConfigStore, self.root), blocking)
         return Broker(
             settings,
             root=self.root,
@@ -175,8 +178,9 @@ class Node:
             transaction_participants=participants,
             scheduled_jobs=self._start_scheduled_jobs(cluster, leaders, topics),
             schemas=await blocking(SchemaRegistry, self.root),
-            group_configs=GroupConfigs(await blocking(GroupConfigStore, self.root), blocking),
+            group_configs=configs,
             shares=await self._share_owner(cluster),
+            share_members=self._share_members(cluster, groups, topics, configs),
         )
 
     async def _join_cluster(self) -> Cluster:
@@ -254,6 +258,19 @@ class Node:
         self._closers.append(groups.close)
         return groups, states
 
+    def _share_members(
+        self, cluster: Cluster, groups: GroupCoordinator, topics: Topics, configs: GroupConfigs
+    ) -> ShareMembership:
+        members = ShareMembership(
+            node_id=cluster.node_id,
+            coordinator_of=groups.coordinator_of,
+            other_type=groups.has_members,
+            partition_counts=topics.recent_partition_counts,
+            configs=configs,
+        )
+        self._start_task(_every(SHARE_EXPIRY_INTERVAL_S, members.expire))
+        return members
+
     async def _share_owner(self, cluster: Cluster) -> ShareOwner:
         states = await self.blocking(ShareStates, self.root)
 
@@ -300,6 +317,16 @@ class Node:
             await asyncio.gather(task, return_exceptions=True)
 
         self._closers.append(stop)
+
+
+async def _every(interval_s: float, work: Callable[[], Awaitable]) -> None:
+    """`work()` every `interval_s` until cancelled; a failure is logged, not fatal."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await work()
+        except Exception:
+            log.exception("periodic %s failed", work)
 
 
 def node_app(settings: Settings) -> FastAPI:

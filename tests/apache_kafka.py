@@ -38,6 +38,15 @@ ARTIFACTS = (
     ("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
     ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
 )
+# Share consumers (KIP-932, production-ready in Kafka 4.2): Kafka 4.2's Java clients alone, so
+# that the rest keeps comparing against the same 4.1 broker and tools.
+SHARE_CLIENT_VERSION = "4.2.1"
+SHARE_CLIENT_DIR = REPO / ".venv" / f"kafka-clients-{SHARE_CLIENT_VERSION}"
+SHARE_CLIENT_ARTIFACTS = (
+    ("org.apache.kafka", "kafka-clients", SHARE_CLIENT_VERSION),
+    ("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
+    ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
+)
 # bin/<name>.sh -> the class it runs (Kafka 4.1's bin/ scripts)
 TOOLS = {
     "kafka-topics": "org.apache.kafka.tools.TopicCommand",
@@ -80,11 +89,11 @@ rootLogger.appenderRef.stderr.ref = STDERR
 """
 
 
-def _pom() -> str:
+def _pom(artifacts: tuple[tuple[str, str, str], ...]) -> str:
     dependencies = "".join(
         f"    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
         f"<version>{version}</version></dependency>\n"
-        for group, artifact, version in ARTIFACTS
+        for group, artifact, version in artifacts
     )
     return (
         '<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
@@ -102,18 +111,18 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def ensure_jars(kafka_dir: Path = KAFKA_DIR) -> Path:
-    """The jars of ARTIFACTS in `kafka_dir`/libs, copied there by mvn unless a download of the
-    same artifact list completed before (the stamp holds the POM's digest)."""
+def ensure_jars(kafka_dir: Path = KAFKA_DIR, artifacts=ARTIFACTS) -> Path:
+    """The jars of `artifacts` in `kafka_dir`/libs, copied there by mvn unless a download of
+    the same artifact list completed before (the stamp holds the POM's digest)."""
     libs, stamp = kafka_dir / "libs", kafka_dir / "libs.complete"
-    pom = _pom()
+    pom = _pom(artifacts)
     digest = hashlib.sha256(pom.encode()).hexdigest()
     if stamp.exists() and stamp.read_text().split()[0] == digest:
         return libs
     for command in ("mvn", "java"):
         if shutil.which(command) is None:
             raise RuntimeError(f"{command} is not on PATH: it is needed to fetch Apache Kafka")
-    log(f"downloading Apache Kafka {KAFKA_VERSION} jars from Maven Central into {libs} ...")
+    log(f"downloading Apache Kafka jars from Maven Central into {libs} ...")
     kafka_dir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(libs, ignore_errors=True)
     (kafka_dir / "pom.xml").write_text(pom)
@@ -128,7 +137,7 @@ def ensure_jars(kafka_dir: Path = KAFKA_DIR) -> Path:
     ]
     subprocess.run(command, cwd=kafka_dir, check=True, stdout=sys.stderr, timeout=900)
     jars = list(libs.glob("*.jar"))
-    for _group, artifact, version in ARTIFACTS:
+    for _group, artifact, version in artifacts:
         if not (libs / f"{artifact}-{version}.jar").exists():
             raise RuntimeError(f"mvn finished but {libs} has no {artifact}-{version}.jar")
     stamp.write_text(f"{digest} {len(jars)} jars\n")
@@ -145,11 +154,15 @@ def log4j_config(directory: Path) -> Path:
 
 
 def java_command(
-    main_class: str, *args: str, classpath: tuple[Path, ...] = (), options: tuple[str, ...] = ()
+    main_class: str,
+    *args: str,
+    classpath: tuple[Path, ...] = (),
+    options: tuple[str, ...] = (),
+    libs: Path | None = None,
 ) -> list[str]:
-    """`java ... main_class args` with Kafka's jars (and `classpath` before them); `options`
-    are more JVM options (system properties)."""
-    libs = ensure_jars()
+    """`java ... main_class args` with Kafka's jars (`libs`, else ensure_jars()'s; and
+    `classpath` before them); `options` are more JVM options (system properties)."""
+    libs = libs or ensure_jars()
     entries = [*(str(entry) for entry in classpath), f"{libs}/*"]
     return [
         "java",
@@ -181,10 +194,16 @@ def tool(
     )
 
 
-def compile_java(sources: list[Path], out_dir: Path) -> Path:
-    """`sources` compiled against Kafka's jars into `out_dir` (a class-path entry)."""
+def share_client_jars() -> Path:
+    """Kafka 4.2's Java clients (KafkaShareConsumer), beside the 4.1 jars."""
+    return ensure_jars(SHARE_CLIENT_DIR, SHARE_CLIENT_ARTIFACTS)
+
+
+def compile_java(sources: list[Path], out_dir: Path, libs: Path | None = None) -> Path:
+    """`sources` compiled against Kafka's jars (`libs`, else ensure_jars()'s) into `out_dir`
+    (a class-path entry)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    libs = ensure_jars()
+    libs = libs or ensure_jars()
     command = ["javac", "-nowarn", "-cp", f"{libs}/*", "-d", str(out_dir), *map(str, sources)]
     subprocess.run(command, check=True, capture_output=True, text=True, timeout=300)
     return out_dir
@@ -302,3 +321,4 @@ def wait_for_metadata(bootstrap: str, timeout_s: float, process: subprocess.Pope
 
 if __name__ == "__main__":
     print(ensure_jars())
+    print(share_client_jars())

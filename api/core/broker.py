@@ -42,6 +42,7 @@ from api.core.scheduled_jobs import ScheduledJobs
 from api.core.schemas.errors import RecordSchemaInvalid
 from api.core.schemas.registry import SchemaRegistry
 from api.core.schemas.typed_records import TypedRecords
+from api.core.shares.membership import ShareMembership
 from api.core.shares.owner import ShareOwner
 from api.core.topics import Topics
 from api.core.transaction_participants import TransactionParticipants
@@ -96,6 +97,7 @@ class Broker:
         schemas: SchemaRegistry,
         group_configs: GroupConfigs,
         shares: ShareOwner,
+        share_members: ShareMembership,
     ) -> None:
         self.settings = settings
         self.root = root
@@ -120,6 +122,7 @@ class Broker:
         self.schemas = schemas
         self.group_configs = group_configs
         self.shares = shares  # the share partitions of the topic partitions this node leads
+        self.share_members = share_members  # the share groups this node coordinates
         self.typed_records = TypedRecords(schemas, blocking)
 
     def begin_close(self) -> None:

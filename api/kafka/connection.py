@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from api.core.broker import Broker
 from api.kafka.fetch_sessions import FetchSessions
+from api.kafka.share_sessions import ShareSessions
 from api.security.errors import AuthorizationFailed
 from api.security.state import ANONYMOUS, SecurityState
 from conf.settings import Settings
@@ -48,6 +49,7 @@ class Connection:
     settings: Settings
     host: str
     fetch_sessions: FetchSessions
+    share_sessions: ShareSessions
     client_id: str | None = None
     principal: str = ANONYMOUS
     authenticated: bool = False  # by SASL; stays False with authentication off

@@ -27,6 +27,7 @@ from api.kafka.connection import Connection
 from api.kafka.fetch_sessions import FetchSessions
 from api.kafka.handlers import APIS, api_versions_unsupported
 from api.kafka.messages import MalformedRequest
+from api.kafka.share_sessions import ShareSessions
 from api.security.state import SecurityState
 from conf.settings import Settings
 
@@ -57,6 +58,7 @@ class KafkaListener:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self._fetch_sessions = FetchSessions()
+        self._share_sessions = ShareSessions()
 
     async def start(self, broker: Broker) -> None:
         self._broker = broker
@@ -84,7 +86,12 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         host = peer[0] if isinstance(peer, tuple) else "*"
         connection = Connection(
-            self._broker, self._security, self._settings, host, self._fetch_sessions
+            self._broker,
+            self._security,
+            self._settings,
+            host,
+            self._fetch_sessions,
+            self._share_sessions,
         )
         answers: asyncio.Queue = asyncio.Queue(IN_FLIGHT_MAX)
         sender = asyncio.ensure_future(self._send_in_order(answers, writer, connection, peer))

@@ -222,6 +222,14 @@ class GroupCoordinator:
     def local_groups(self) -> dict[str, Group]:
         return {group_id: slot.group for group_id, slot in self._slots.items()}
 
+    def has_members(self, group_id: str) -> bool:
+        """Whether a classic or consumer group of that id has members here (a share group
+        may not take its id)."""
+        slot = self._slots.get(group_id)
+        if slot is None:
+            return False
+        return bool(slot.group.members) or bool(slot.consumer and slot.consumer.members)
+
     # ---- membership ------------------------------------------------------------------------
 
     async def join(self, group_id: str, request: JoinRequest) -> JoinResult:

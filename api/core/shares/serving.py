@@ -142,6 +142,14 @@ async def acknowledge_here(
     )
 
 
+async def release_here(broker: Broker, key: ShareKey, member_id: str) -> None:
+    """What `member_id` holds of a share partition this node leads is available again (its
+    share session closed)."""
+    await _check_leads(broker, key)
+    settings = await broker.group_configs.share_settings(key.group_id)
+    await broker.shares.release_member(key, member_id, limits=settings.limits)
+
+
 async def _read(
     broker: Broker, key: ShareKey, settings: ShareSettings, offset: int, bytes_max: int
 ) -> tuple[LogRead, pa.Table]:

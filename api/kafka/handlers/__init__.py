@@ -28,7 +28,11 @@ class Api:
 
 
 async def api_versions(connection: Connection, request, version: int) -> dict:
-    levels = {TRANSACTION_VERSION: connection.settings.kafka_transaction_version, GROUP_VERSION: 1}
+    levels = {
+        TRANSACTION_VERSION: connection.settings.kafka_transaction_version,
+        GROUP_VERSION: 1,
+        SHARE_VERSION: 1,
+    }
     return _versions(ErrorCode.none, levels)
 
 
@@ -66,7 +70,8 @@ def _versions(code: ErrorCode, levels: dict[str, int]) -> dict:
 # transaction.version 2 is KIP-890's second transaction protocol.
 TRANSACTION_VERSION = "transaction.version"
 GROUP_VERSION = "group.version"  # 1: KIP-848's consumer group protocol
-FEATURES = {TRANSACTION_VERSION: (0, 2), GROUP_VERSION: (0, 1)}
+SHARE_VERSION = "share.version"  # 1: KIP-932's share groups
+FEATURES = {TRANSACTION_VERSION: (0, 2), GROUP_VERSION: (0, 1), SHARE_VERSION: (0, 1)}
 # The features never change while a node runs: one epoch (Kafka's is a metadata offset).
 FINALIZED_FEATURES_EPOCH = 1
 
@@ -83,6 +88,7 @@ def _table() -> dict[int, Api]:
         quotas,
         replicas,
         sasl,
+        share_fetch,
         telemetry,
         transaction_admin,
         transactions,
@@ -127,13 +133,15 @@ def _table() -> dict[int, Api]:
         Api(74, "ListConfigResources", 1, 1, configs.list_config_resources),
         Api(71, "GetTelemetrySubscriptions", 0, 0, telemetry.get_telemetry_subscriptions),
         Api(75, "DescribeTopicPartitions", 0, 0, cluster.describe_topic_partitions),
+        Api(78, "ShareFetch", 1, 2, share_fetch.share_fetch),
+        Api(79, "ShareAcknowledge", 1, 2, share_fetch.share_acknowledge),
         *_group_apis(),
     ]
     return {api.key: api for api in sorted(apis, key=lambda api: api.key)}
 
 
 def _group_apis() -> list[Api]:
-    from api.kafka.handlers import consumer_groups, groups
+    from api.kafka.handlers import consumer_groups, groups, share_groups
 
     return [
         Api(8, "OffsetCommit", 2, 9, groups.offset_commit),
@@ -149,6 +157,8 @@ def _group_apis() -> list[Api]:
         Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
         Api(68, "ConsumerGroupHeartbeat", 0, 1, consumer_groups.consumer_group_heartbeat),
         Api(69, "ConsumerGroupDescribe", 0, 1, consumer_groups.consumer_group_describe),
+        Api(76, "ShareGroupHeartbeat", 1, 1, share_groups.share_group_heartbeat),
+        Api(77, "ShareGroupDescribe", 1, 1, share_groups.share_group_describe),
     ]
 
 

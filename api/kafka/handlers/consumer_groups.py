@@ -22,7 +22,7 @@ MEMBER_TYPE_CONSUMER = 1  # ConsumerGroupDescribe v1's MemberType (0: classic, -
 async def consumer_group_heartbeat(connection: Connection, request, version: int) -> dict:
     try:
         connection.check("READ", "group", request.group_id)
-        names = await _names_by_id(connection)
+        names = await names_by_id(connection)
         beat = _heartbeat(connection, request, version, names)
         _check_topics(connection, beat)
         answer = await connection.broker.groups.consumer_heartbeat(request.group_id, beat)
@@ -83,17 +83,19 @@ def _check_topics(connection: Connection, beat: Heartbeat) -> None:
         connection.check("DESCRIBE", "topic", name)
 
 
-async def _names_by_id(connection: Connection) -> dict[uuid.UUID, str]:
+async def names_by_id(connection: Connection) -> dict[uuid.UUID, str]:
     return {topic_uuid(t): t.name for t in await connection.broker.topics.recent()}
 
 
 def _assignment(partitions, ids: dict[str, uuid.UUID]) -> dict | None:
     if partitions is None:
         return None
-    return {"topic_partitions": _by_topic(partitions, ids)}
+    return {"topic_partitions": partitions_by_topic(partitions, ids)}
 
 
-def _by_topic(partitions, ids: dict[str, uuid.UUID], *, named: bool = False) -> list[dict]:
+def partitions_by_topic(
+    partitions, ids: dict[str, uuid.UUID], *, named: bool = False
+) -> list[dict]:
     grouped: dict[str, list[int]] = {}
     for tp in sorted(partitions):
         grouped.setdefault(tp.topic, []).append(tp.partition)
@@ -105,7 +107,7 @@ def _by_topic(partitions, ids: dict[str, uuid.UUID], *, named: bool = False) -> 
 
 
 async def consumer_group_describe(connection: Connection, request, version: int) -> dict:
-    names = await _names_by_id(connection)
+    names = await names_by_id(connection)
     ids = {name: topic_id for topic_id, name in names.items()}
     described = []
     for group_id in request.group_ids:
@@ -129,9 +131,11 @@ def _described(connection: Connection, consumer, ids: dict, request) -> dict:
             "client_host": m.client_host,
             "subscribed_topic_names": sorted(m.topic_names),
             "subscribed_topic_regex": m.topic_regex,
-            "assignment": {"topic_partitions": _by_topic(m.assigned, ids, named=True)},
+            "assignment": {"topic_partitions": partitions_by_topic(m.assigned, ids, named=True)},
             "target_assignment": {
-                "topic_partitions": _by_topic(consumer.target.get(m.member_id, ()), ids, named=True)
+                "topic_partitions": partitions_by_topic(
+                    consumer.target.get(m.member_id, ()), ids, named=True
+                )
             },
             "member_type": MEMBER_TYPE_CONSUMER,
         }

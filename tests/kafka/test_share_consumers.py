@@ -1,0 +1,135 @@
+"""Kafka's share consumers (KIP-932; KafkaShareConsumer of Kafka 4.2's Java clients,
+unmodified) against lakelog's Kafka listener: several consumers read one topic as a queue,
+every record is delivered to one of them and accepted once; releases come back with a higher
+delivery count; rejections reach the group's dead letter topic; HTTP consumers of the same
+group never get a record a Java consumer holds."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests import apache_kafka
+from tests.conftest import create_topic
+
+SOURCES = Path(__file__).resolve().parent.parent / "java_share"
+SHARE = "/v3/clusters/lakelog/share-groups"
+
+pytestmark = pytest.mark.gateway
+
+
+@pytest.fixture(scope="session")
+def share_classes(tmp_path_factory) -> Path:
+    libs = apache_kafka.share_client_jars()
+    out = tmp_path_factory.mktemp("share-classes")
+    return apache_kafka.compile_java(sorted(SOURCES.glob("*.java")), out, libs)
+
+
+def run_consumers(classes, bootstrap, group, topic, consumers, expected, mode, timeout_s=90):
+    command = apache_kafka.java_command(
+        "ShareConsumers",
+        bootstrap,
+        group,
+        topic,
+        str(consumers),
+        str(expected),
+        mode,
+        str(timeout_s),
+        classpath=(classes,),
+        libs=apache_kafka.share_client_jars(),
+    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s + 60)
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = done.stdout.split("\n")
+    assert "done" in lines, done.stdout[-2000:] + done.stderr[-3000:]
+    deliveries = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) == 6:
+            consumer, partition, offset, count, value, kind = fields
+            delivery = (int(consumer), int(partition), int(offset), int(count))
+            deliveries.append((*delivery, value.strip('"'), kind.upper()))
+    return deliveries
+
+
+def produce(http, topic: str, count: int) -> None:
+    records = [{"value": f"v{i}"} for i in range(count)]
+    response = http.post(
+        f"/topics/{topic}",
+        json={"records": records},
+        headers={"Content-Type": "application/vnd.kafka.json.v2+json"},
+    )
+    assert response.status_code == 200, response.text
+
+
+def earliest(http, group: str, **more) -> None:
+    data = [{"name": "share.auto.offset.reset", "value": "earliest"}]
+    data += [{"name": k.replace("_", "."), "value": str(v)} for k, v in more.items()]
+    response = http.post(f"{SHARE}/{group}/configs:alter", json={"data": data})
+    assert response.status_code == 204, response.text
+
+
+def test_java_share_consumers_get_every_record_once(bootstrap, http, share_classes, topic_name):
+    create_topic(http, topic_name, partitions=2)
+    group = f"q-{topic_name}"
+    earliest(http, group)
+    produce(http, topic_name, 60)
+    deliveries = run_consumers(share_classes, bootstrap, group, topic_name, 3, 60, "accept")
+    accepted = [(p, o) for _, p, o, _, _, kind in deliveries if kind == "ACCEPT"]
+    assert sorted(set(accepted)) == sorted(accepted)  # none accepted twice
+    assert len(accepted) == 60
+    assert {count for *_, count, _, _ in deliveries} == {1}
+    described = http.get(f"{SHARE}/{group}").json()["partitions"]
+    assert sum(p["start_offset"] for p in described) == 60
+    assert all(p["records"]["acquired"] == 0 for p in described)
+
+
+def test_released_records_come_back_and_rejected_ones_are_dead_lettered(
+    bootstrap, http, share_classes, topic_name
+):
+    create_topic(http, topic_name)
+    group = f"q-{topic_name}"
+    dead = f"{topic_name}-dead"
+    earliest(http, group, errors_deadletterqueue_topic_name=dead)
+    produce(http, topic_name, 10)
+    released = run_consumers(share_classes, bootstrap, group, topic_name, 2, 10, "release-first")
+    counts = {}
+    for _, _, offset, count, _, kind in released:
+        counts.setdefault(offset, []).append((count, kind))
+    assert all(c == [(1, "RELEASE"), (2, "ACCEPT")] for c in counts.values()), counts
+
+    group2 = f"r-{topic_name}"
+    earliest(http, group2, errors_deadletterqueue_topic_name=dead)
+    rejected = run_consumers(share_classes, bootstrap, group2, topic_name, 1, 10, "reject-odd")
+    assert sum(kind == "REJECT" for *_, kind in rejected) == 5
+    letters = http.get(
+        f"/topics/{dead}/partitions/0/records",
+        params={"offset": 0},
+        headers={"Accept": "application/vnd.kafka.binary.v2+json"},
+    ).json()
+    assert len(letters) == 5
+    assert all(letter["value"] is None for letter in letters)  # copy.record.enable=false
+
+
+def test_http_and_java_members_of_one_group_never_share_a_record(
+    bootstrap, http, share_classes, topic_name
+):
+    create_topic(http, topic_name, partitions=2)
+    group = f"q-{topic_name}"
+    earliest(http, group)
+    produce(http, topic_name, 40)
+    body = {"topics": [topic_name], "max_records": 10, "timeout_ms": 0, "lock_duration_ms": 60000}
+    held = http.post(f"{SHARE}/{group}/records:acquire", json=body).json()["records"]
+    assert len(held) == 10
+    deliveries = run_consumers(share_classes, bootstrap, group, topic_name, 2, 30, "accept")
+    by_java = {(p, o) for _, p, o, *_ in deliveries}
+    by_http = {(r["partition"], r["offset"]) for r in held}
+    assert not by_java & by_http
+    assert len(by_java | by_http) == 40
+    acknowledgements = [{"delivery_id": r["delivery_id"]} for r in held]
+    answer = http.post(
+        f"{SHARE}/{group}/records:acknowledge", json={"acknowledgements": acknowledgements}
+    )
+    assert answer.status_code == 200, answer.text
