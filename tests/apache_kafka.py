@@ -38,12 +38,14 @@ ARTIFACTS = (
     ("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
     ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
 )
-# Share consumers (KIP-932, production-ready in Kafka 4.2): Kafka 4.2's Java clients alone, so
-# that the rest keeps comparing against the same 4.1 broker and tools.
+# Share groups (KIP-932, production-ready in Kafka 4.2): Kafka 4.2's Java clients and tools
+# (KafkaShareConsumer, kafka-share-groups --reset-offsets), apart, so that the rest keeps
+# comparing against the same 4.1 broker and tools.
 SHARE_CLIENT_VERSION = "4.2.1"
 SHARE_CLIENT_DIR = REPO / ".venv" / f"kafka-clients-{SHARE_CLIENT_VERSION}"
 SHARE_CLIENT_ARTIFACTS = (
     ("org.apache.kafka", "kafka-clients", SHARE_CLIENT_VERSION),
+    ("org.apache.kafka", "kafka-tools", SHARE_CLIENT_VERSION),
     ("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
     ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
 )
@@ -52,6 +54,7 @@ TOOLS = {
     "kafka-topics": "org.apache.kafka.tools.TopicCommand",
     "kafka-configs": "kafka.admin.ConfigCommand",
     "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "kafka-share-groups": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
     "kafka-acls": "org.apache.kafka.tools.AclCommand",
     "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
     "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
@@ -182,11 +185,12 @@ def tool(
     timeout_s: float = TOOL_TIMEOUT_S,
     stdin: str | None = None,
     java_options: tuple[str, ...] = (),
+    libs: Path | None = None,
 ):
-    """Run Kafka's `bin/<name>.sh args` as the script would (KAFKA_OPTS: `java_options`): its
-    completed process."""
+    """Run Kafka's `bin/<name>.sh args` as the script would (KAFKA_OPTS: `java_options`; the
+    jars of `libs`, else ensure_jars()'s): its completed process."""
     return subprocess.run(
-        java_command(TOOLS[name], *args, options=java_options),
+        java_command(TOOLS[name], *args, options=java_options, libs=libs),
         input=stdin,
         capture_output=True,
         text=True,

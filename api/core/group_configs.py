@@ -94,6 +94,11 @@ DEFINITIONS: dict[str, Definition] = {
 }
 
 
+SHARE_NAMES = frozenset(
+    name for name in DEFINITIONS if name.startswith(("share.", "errors.deadletterqueue."))
+)
+
+
 def _typed(definition: Definition, raw: str) -> str:
     name = definition.name
     if definition.kind is bool:
@@ -220,10 +225,15 @@ class GroupConfigs:
         await self._fresh()
         return dict(self._store.all().get(group_id, {}))
 
-    async def configured_groups(self) -> list[str]:
-        """The groups that set any config of their own."""
+    async def configured_groups(self, *, share_only: bool = False) -> list[str]:
+        """The groups that set any config of their own (`share_only`: any share group
+        config: such a group is a share group, even before its first member)."""
         await self._fresh()
-        return sorted(self._store.all())
+        return sorted(
+            group
+            for group, values in self._store.all().items()
+            if not share_only or any(name in SHARE_NAMES for name in values)
+        )
 
     async def describe(self, group_id: str) -> list[ConfigEntry]:
         """Every group config with its value for `group_id`."""

@@ -25,6 +25,8 @@ TRANSACTION_OFFSETS_PATH = PREFIX + "groups/{group}/transaction-offsets"
 # the body: any string is one, and a path cannot carry every string.
 SHARE_ACQUIRE_PATH = PREFIX + "shares/topics/{topic}/partitions/{partition}/acquire"
 SHARE_ACKNOWLEDGE_PATH = PREFIX + "shares/topics/{topic}/partitions/{partition}/acknowledge"
+# An administrator's reset (alter or delete a share group's offsets) for the partition's leader.
+SHARE_RESET_PATH = PREFIX + "shares/topics/{topic}/partitions/{partition}/reset"
 # The groups a node coordinates (the cluster-wide group list asks every node).
 GROUPS_PATH = PREFIX + "groups"
 
@@ -40,6 +42,7 @@ ALL_PATHS = (
     ("GET", GROUPS_PATH),
     ("POST", SHARE_ACQUIRE_PATH),
     ("POST", SHARE_ACKNOWLEDGE_PATH),
+    ("POST", SHARE_RESET_PATH),
 )
 
 

@@ -133,3 +133,45 @@ def test_http_and_java_members_of_one_group_never_share_a_record(
         f"{SHARE}/{group}/records:acknowledge", json={"acknowledgements": acknowledgements}
     )
     assert answer.status_code == 200, answer.text
+
+
+def share_groups_tool(bootstrap: str, *args: str, ok: bool = True):
+    done = apache_kafka.tool(
+        "kafka-share-groups",
+        "--bootstrap-server",
+        bootstrap,
+        *args,
+        libs=apache_kafka.share_client_jars(),
+    )
+    if ok:
+        assert done.returncode == 0, f"{args}:\n{done.stdout}\n{done.stderr[-3000:]}"
+    return done
+
+
+def test_kafka_share_groups_lists_describes_resets_and_deletes(
+    bootstrap, http, share_classes, topic_name
+):
+    """Kafka 4.2's kafka-share-groups, unmodified: the group's start offsets after consumers
+    accepted everything, a reset to the earliest offset that delivers it all again, deleting
+    the offsets and then the group."""
+    create_topic(http, topic_name)
+    group = f"tool-{topic_name}"
+    earliest(http, group)
+    produce(http, topic_name, 8)
+    run_consumers(share_classes, bootstrap, group, topic_name, 1, 8, "accept")
+    assert group in share_groups_tool(bootstrap, "--list").stdout.split()
+    described = share_groups_tool(bootstrap, "--describe", "--group", group).stdout
+    rows = [line.split() for line in described.splitlines() if line.startswith(group)]
+    assert [row[1:4] for row in rows] == [[topic_name, "0", "8"]], described
+    state = share_groups_tool(bootstrap, "--describe", "--group", group, "--state").stdout
+    assert "Empty" in state
+
+    reset = ("--reset-offsets", "--group", group, "--topic", topic_name, "--to-earliest")
+    share_groups_tool(bootstrap, *reset, "--execute")
+    again = run_consumers(share_classes, bootstrap, group, topic_name, 1, 8, "accept")
+    assert sorted(o for _, _, o, *_ in again) == list(range(8))  # all of it, once more
+
+    share_groups_tool(bootstrap, "--delete-offsets", "--group", group, "--topic", topic_name)
+    assert http.get(f"{SHARE}/{group}").json()["partitions"] == []
+    share_groups_tool(bootstrap, "--delete", "--group", group)
+    assert group not in share_groups_tool(bootstrap, "--list").stdout.split()

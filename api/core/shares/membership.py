@@ -191,7 +191,8 @@ class ShareMembership:
         return group
 
     def local_groups(self) -> list[str]:
-        return sorted(self._groups)
+        """The share groups with members here."""
+        return sorted(g.group_id for g in self._groups.values() if g.members)
 
     async def expire(self) -> list[tuple[str, str]]:
         """Remove members whose session timed out (share.session.timeout.ms); (group, member)

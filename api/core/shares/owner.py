@@ -28,6 +28,7 @@ from api.core.shares.share_partition import (
 )
 from storage_layout.errors import LeadershipConflict
 from storage_layout.log.leadership import Leadership
+from storage_layout.meta.share_states import DELETED_STATE as DELETED
 from storage_layout.meta.share_states import ShareCommit, ShareState, ShareStates
 
 Blocking = Callable[..., Awaitable]
@@ -171,6 +172,25 @@ class ShareOwner:
             if changed is not part:
                 await self._store(key, changed, archived)
 
+    async def reset(self, key: ShareKey, start_offset: int | None) -> None:
+        """An administrator's reset: the share partition starts over at `start_offset` with
+        nothing in flight; None deletes its state (it starts as a new one would). Stored
+        before this returns; records acquired before are settled by it (their acknowledgements
+        are refused).
+
+        Raises:
+            NotShareOwner: another node owns the topic partition's share states now.
+        """
+        async with self._lock(key):
+            if start_offset is None:
+                await self._commit(key, ShareState(key.group_id, key.topic_id, DELETED, ()))
+                self._partitions.pop(key, None)
+                self._unsent.pop(key, None)
+                return
+            part = SharePartition.starting_at(start_offset)
+            self._unsent.pop(key, None)  # not archived: an administrator moved past them
+            await self._store(key, part)
+
     async def describe(self, key: ShareKey, *, limits: Limits) -> SharePartition | None:
         """The share partition as this node holds it (loaded from the table if need be)."""
         async with self._lock(key):
@@ -224,11 +244,17 @@ class ShareOwner:
         Raises:
             NotShareOwner: the fence was taken by another node (nothing stored).
         """
-        held = await self._ownership(key)
         told = [*self._unsent.get(key, ()), *archived]
         if told and self._on_archived is not None:
             await self._on_archived(key, told)
         state = ShareState(key.group_id, key.topic_id, part.start_offset, tuple(part.batches()))
+        await self._commit(key, state)
+        self._unsent.pop(key, None)
+        self._partitions[key] = part
+
+    async def _commit(self, key: ShareKey, state: ShareState) -> None:
+        """Raises NotShareOwner: the fence was taken by another node (nothing stored)."""
+        held = await self._ownership(key)
         commit = ShareCommit(key.topic, key.partition, held, [state])
         outcome = (await self._blocking(self._states.commit_many, [commit]))[
             (key.topic, key.partition)
@@ -239,8 +265,6 @@ class ShareOwner:
                 f"Another node owns the share states of {key.topic}/{key.partition} now; "
                 "ask the partition's leader."
             ) from outcome
-        self._unsent.pop(key, None)
-        self._partitions[key] = part
 
     async def _ownership(self, key: ShareKey) -> Leadership:
         where = (key.topic, key.partition)

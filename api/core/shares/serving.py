@@ -150,6 +150,12 @@ async def release_here(broker: Broker, key: ShareKey, member_id: str) -> None:
     await broker.shares.release_member(key, member_id, limits=settings.limits)
 
 
+async def reset_here(broker: Broker, key: ShareKey, start_offset: int | None) -> None:
+    """An administrator's reset of a share partition this node leads (ShareOwner.reset)."""
+    await _check_leads(broker, key)
+    await broker.shares.reset(key, start_offset)
+
+
 async def _read(
     broker: Broker, key: ShareKey, settings: ShareSettings, offset: int, bytes_max: int
 ) -> tuple[LogRead, pa.Table]:

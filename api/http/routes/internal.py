@@ -17,6 +17,7 @@ from api.core.groups.errors import GroupNotFound, NotCoordinator
 from api.core.peers import travels
 from api.core.shares import serving
 from api.core.shares.errors import ShareError
+from api.core.shares.owner import ShareKey
 from api.core.shares.share_partition import AcknowledgeType
 from api.core.writer import TransactionMarker
 from api.http import share_queue
@@ -113,6 +114,15 @@ async def share_acknowledge(topic: str, partition: int, request: Request, broker
         )
     except ShareError as refused:
         return {"refused": type(refused).__name__, "message": str(refused)}
+    return {}
+
+
+@router.post(routes.SHARE_RESET_PATH)
+async def share_reset(topic: str, partition: int, request: Request, broker: BrokerDep):
+    """An administrator's reset of a share partition this node leads (never forwarded)."""
+    body = parse_json(await request.body())
+    key = ShareKey(body["group_id"], topic, partition, body["topic_id"])
+    await serving.reset_here(broker, key, body["start_offset"])
     return {}
 
 

@@ -159,6 +159,9 @@ def _group_apis() -> list[Api]:
         Api(69, "ConsumerGroupDescribe", 0, 1, consumer_groups.consumer_group_describe),
         Api(76, "ShareGroupHeartbeat", 1, 1, share_groups.share_group_heartbeat),
         Api(77, "ShareGroupDescribe", 1, 1, share_groups.share_group_describe),
+        Api(90, "DescribeShareGroupOffsets", 0, 1, share_groups.describe_share_group_offsets),
+        Api(91, "AlterShareGroupOffsets", 0, 0, share_groups.alter_share_group_offsets),
+        Api(92, "DeleteShareGroupOffsets", 0, 0, share_groups.delete_share_group_offsets),
     ]
 
 

@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 from api.core.groups.consumer_protocol import BadConsumerProtocol, decode_subscription
 from api.core.groups.errors import GroupNotFound, UnsupportedGroupVersion
 from api.core.groups.group import JoinRequest, Subscription
+from api.core.shares import admin as share_admin
 from api.kafka.connection import Connection
 from api.kafka.errors import error_code, error_message
 from api.kafka.messages import milliseconds
@@ -346,7 +347,32 @@ async def list_groups(connection: Connection, request, version: int) -> dict:
                 "group_type": description.group_type,  # v5 (KIP-848): classic or consumer
             }
         )
+    if not wanted_types or "share" in wanted_types:
+        listed += await _share_groups(connection, wanted_states)
     return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": listed}
+
+
+async def _share_groups(connection: Connection, wanted_states: set[str]) -> list[dict]:
+    """The share groups this node coordinates (share_admin.share_group_ids)."""
+    broker = connection.broker
+    listed = []
+    for group_id in await share_admin.share_group_ids(broker):
+        if broker.groups.coordinator_of(group_id) != broker.groups.node_id:
+            continue
+        if not connection.permits("DESCRIBE", "group", group_id):
+            continue
+        state = (await share_admin.group_view(broker, group_id)).state
+        if wanted_states and state.lower() not in wanted_states:
+            continue
+        listed.append(
+            {
+                "group_id": group_id,
+                "protocol_type": "share",
+                "group_state": state,
+                "group_type": "share",
+            }
+        )
+    return listed
 
 
 async def describe_groups(connection: Connection, request, version: int) -> dict:
@@ -401,11 +427,19 @@ async def delete_groups(connection: Connection, request, version: int) -> dict:
         code = ErrorCode.none
         try:
             connection.check("DELETE", "group", group_id)
-            await connection.broker.groups.delete_group(group_id)
+            await _delete_group(connection, group_id)
         except Exception as error:
             code = error_code(error)
         results.append({"group_id": group_id, "error_code": code})
     return {"throttle_time": 0, "results": results}
+
+
+async def _delete_group(connection: Connection, group_id: str) -> None:
+    """A consumer group, else a share group (its share-partition states and configs)."""
+    try:
+        await connection.broker.groups.delete_group(group_id)
+    except GroupNotFound:
+        await share_admin.delete_group(connection.broker, group_id)
 
 
 async def offset_delete(connection: Connection, request, version: int) -> dict:

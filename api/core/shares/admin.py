@@ -1,0 +1,139 @@
+"""Share group administration (Kafka's DescribeShareGroupOffsets, AlterShareGroupOffsets,
+DeleteShareGroupOffsets, DeleteGroups of a share group; `kafka-share-groups`, lakelog's CLI and
+HTTP views). Protocol-neutral.
+
+Stored states are read from `_meta/share_states` by any node. A reset goes to each partition's
+leader, which owns the share partition (api/core/shares/serving.py), as appends do: this node's
+own partitions directly, the others over the node-to-node route. Kafka allows resets only
+while the group has no members (GROUP_NOT_EMPTY): a member could be holding records the reset
+settles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from api.core import leader_reads
+from api.core.broker import Broker
+from api.core.groups.errors import GroupNotFound, NonEmptyGroup
+from api.core.shares import serving
+from api.core.shares.membership import ShareGroupView
+from storage_layout.cluster import routes
+from storage_layout.meta.share_states import ShareBatch, ShareState
+
+SETTLED = (2, 4)  # acknowledged, archived
+
+
+@dataclass(frozen=True, slots=True)
+class SharePartitionView:
+    """A share partition as an administrator sees it: where it starts and how many records of
+    the log from there are still to be delivered or settled (Kafka's share-group lag)."""
+
+    topic: str
+    partition: int
+    topic_id: str
+    start_offset: int
+    batches: tuple[ShareBatch, ...]
+    lag: int
+
+
+async def stored_partitions(broker: Broker, group_id: str) -> dict[tuple[str, int], ShareState]:
+    """The group's stored share states of the topics as they are now (not of deleted ones)."""
+    stored = await broker.shares.stored_partitions(group_id)
+    current = {topic.name: topic.topic_id for topic in await broker.topics.list_all()}
+    return {
+        where: state for where, state in stored.items() if current.get(where[0]) == state.topic_id
+    }
+
+
+async def describe_offsets(broker: Broker, group_id: str) -> list[SharePartitionView]:
+    """Each share partition of the group with its start offset and lag, in (topic, partition)
+    order."""
+    views = []
+    for (topic, partition), state in sorted((await stored_partitions(broker, group_id)).items()):
+        bounds = await leader_reads.bounds(broker, topic, partition)
+        settled = sum(
+            b.last_offset - b.first_offset + 1 for b in state.batches if b.state in SETTLED
+        )
+        lag = max(0, bounds.high_watermark - state.start_offset - settled)
+        views.append(
+            SharePartitionView(
+                topic, partition, state.topic_id, state.start_offset, state.batches, lag
+            )
+        )
+    return views
+
+
+async def share_group_ids(broker: Broker) -> list[str]:
+    """Every share group: with a stored state, members at this node, or share configs."""
+    named = set(await broker.shares.stored_groups())
+    named |= set(broker.share_members.local_groups())
+    named |= set(await broker.group_configs.configured_groups(share_only=True))
+    return sorted(named)
+
+
+async def group_view(broker: Broker, group_id: str) -> ShareGroupView:
+    """The share group as its coordinator (this node) holds it; an existing group without
+    members is Empty.
+
+    Raises:
+        NotCoordinator: another node coordinates it.
+        GroupNotFound: there is no share group of that id.
+    """
+    try:
+        return broker.share_members.describe(group_id)
+    except GroupNotFound:
+        if group_id not in await share_group_ids(broker):
+            raise
+    return ShareGroupView(group_id)
+
+
+def check_empty(broker: Broker, group_id: str) -> None:
+    """Raises NonEmptyGroup: the share group has members (Kafka's GROUP_NOT_EMPTY)."""
+    try:
+        members = broker.share_members.describe(group_id).members
+    except GroupNotFound:
+        return
+    if members:
+        raise NonEmptyGroup(
+            f"Share group '{group_id}' has {len(members)} members: stop them before its "
+            "offsets are reset or deleted."
+        )
+
+
+async def reset(broker: Broker, group_id: str, topic: str, partition: int, start: int | None):
+    """Start the group's share partition over at `start` (None: delete its state), at the
+    partition's leader.
+
+    Raises:
+        TopicNotFound, PartitionNotFound: no such partition.
+        NotLeader: its leader could not be reached (retry).
+    """
+    key = await serving.share_key(broker, group_id, topic, partition)
+    url = await broker.partitions.remote_leader_url(topic, partition)
+    if url is None:
+        await serving.reset_here(broker, key, start)
+        return
+    body = {"group_id": group_id, "topic_id": key.topic_id, "start_offset": start}
+    path = routes.share_path(routes.SHARE_RESET_PATH, topic, partition)
+    await broker.peers.to_leader(url, None, topic, partition, path, body)
+
+
+async def delete_group(broker: Broker, group_id: str) -> int:
+    """Delete every share partition state of an empty share group and its configs; how many
+    share partitions it had.
+
+    Raises:
+        NonEmptyGroup: it has members.
+        GroupNotFound: it has no state and no configs.
+    """
+    check_empty(broker, group_id)
+    stored = await stored_partitions(broker, group_id)
+    configured = group_id in await broker.group_configs.configured_groups()
+    if not stored and not configured:
+        raise GroupNotFound(f"No share group '{group_id}'.")
+    for topic, partition in stored:
+        await reset(broker, group_id, topic, partition, None)
+    if configured:
+        await broker.group_configs.alter(group_id, lambda current: dict.fromkeys(current))
+    return len(stored)
