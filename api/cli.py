@@ -18,7 +18,7 @@ from datetime import datetime
 
 import httpx
 
-from api import cli_dlq
+from api import cli_dlq, cli_shares
 from api.cli_http import (
     CliError,
     bootstrap_option,
@@ -70,6 +70,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_groups(commands)
     _add_jobs(commands)
     cli_dlq.add_parser(commands)
+    cli_shares.add_parser(commands)
     _add_security(commands)
     _add_schemas(commands)
     return parser

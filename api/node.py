@@ -111,6 +111,7 @@ class Node:
             self.broker.peers.client.add_header_hook(hook)
         self._start_task(self.lag_history.sample_forever(self.broker))
         metrics.GROUP_LAG.source = self.lag_history.current_lags
+        metrics.SHARE_PARTITIONS.source = self.broker.shares.series
         for front_end in self.front_ends:
             await front_end.start(self.broker)
             self._closers.append(front_end.close)

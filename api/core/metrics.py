@@ -166,6 +166,60 @@ GROUP_LAG = _GroupLag()
 REGISTRY.register(GROUP_LAG)
 
 
+# (group, topic, partition, start offset, {state: records}) of the share partitions this node
+# holds, without I/O
+ShareSource = Callable[[], Iterable[tuple[str, str, int, int, dict[str, int]]]]
+
+
+class _SharePartitions(Collector):
+    """`lakelog_share_records` and `lakelog_share_start_offset`, read at each scrape from the
+    share partitions this node leads (api/core/shares/owner.py)."""
+
+    def __init__(self) -> None:
+        self.source: ShareSource = lambda: ()
+
+    def collect(self):
+        records = GaugeMetricFamily(
+            "lakelog_share_records",
+            "In-flight records of each share partition this node leads, by state (available, "
+            "acquired, acknowledged, archived; an expired lock counts as available).",
+            labels=["group", "topic", "partition", "state"],
+        )
+        starts = GaugeMetricFamily(
+            "lakelog_share_start_offset",
+            "Share-partition start offset: every record before it is settled.",
+            labels=["group", "topic", "partition"],
+        )
+        for group, topic, partition, start, counts in self.source():
+            starts.add_metric([group, topic, str(partition)], start)
+            for state, count in counts.items():
+                records.add_metric([group, topic, str(partition), state], count)
+        yield records
+        yield starts
+
+
+SHARE_PARTITIONS = _SharePartitions()
+REGISTRY.register(SHARE_PARTITIONS)
+SHARE_ACQUIRED = Counter(
+    "lakelog_share_acquired_records",
+    "Records acquired by share group members (each delivery counts).",
+    ["group"],
+    registry=REGISTRY,
+)
+SHARE_ACKNOWLEDGED = Counter(
+    "lakelog_share_acknowledged_records",
+    "Records acknowledged by share group members, by type (accept, release, reject, renew).",
+    ["group", "type"],
+    registry=REGISTRY,
+)
+SHARE_ARCHIVED = Counter(
+    "lakelog_share_archived_records",
+    "Delivered records archived, by reason (rejected, delivery-limit).",
+    ["group", "reason"],
+    registry=REGISTRY,
+)
+
+
 class _StoreRequests(Collector):
     """`lakelog_store_requests`, from the storage layer's own counts (it knows no Prometheus).
     Labels: `store` (s3, azure, gcs), `operation` (put_if_absent, put, get, head, list,

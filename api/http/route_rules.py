@@ -151,6 +151,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", V3_SHARE + "/records:acknowledge"): group("READ"),
     ("GET", V3_SHARE + "/configs"): group("DESCRIBE_CONFIGS"),
     ("POST", V3_SHARE + "/configs:alter"): group("ALTER_CONFIGS"),
+    ("POST", V3_SHARE + "/offsets:reset"): group("READ", also=_READ_TOPICS),
+    ("DELETE", V3_SHARE): group("DELETE"),
     # v3 consumer groups (read-only views)
     ("GET", V3 + "/consumer-groups"): Rule("filter", also="groups the principal may DESCRIBE"),
     ("GET", V3_GROUP): group("DESCRIBE"),

@@ -187,3 +187,43 @@ def test_latest_is_the_default_start(client, topic_name):
     assert acquire(client, group, topic_name)["records"] == []
     produce(client, topic_name, ["after"])
     assert [r["value"] for r in acquire(client, group, topic_name)["records"]] == ["after"]
+
+
+def test_metrics_show_share_partitions_by_state(client, topic_name, earliest_group):
+    create_topic(client, topic_name)
+    produce(client, topic_name, ["a", "b", "c"])
+    taken = acquire(client, earliest_group, topic_name)["records"]
+    assert ack(client, earliest_group, [taken[0]["delivery_id"]], "reject").status_code == 200
+    text = client.get("/metrics").text
+    labels = f'group="{earliest_group}",partition="0",state="acquired",topic="{topic_name}"'
+    assert f"lakelog_share_records{{{labels}}} 2.0" in text
+    assert f'lakelog_share_start_offset{{group="{earliest_group}",partition="0"' in text
+    rejected = f'lakelog_share_archived_records_total{{group="{earliest_group}",reason="rejected"}}'
+    assert f"{rejected} 1.0" in text
+    assert f'lakelog_share_acquired_records_total{{group="{earliest_group}"}} 3.0' in text
+
+
+def test_the_cli_describes_resets_and_deletes_a_share_group(gateway, client, topic_name):
+    from tests.integration.test_cli import _assert_ok, _assert_one_line_error, cli
+
+    create_topic(client, topic_name)
+    group = f"cli-{topic_name}"
+    set_configs(client, group, share_auto_offset_reset="earliest")
+    produce(client, topic_name, ["a", "b", "c", "d"])
+    taken = acquire(client, group, topic_name, max_records=2)["records"]
+    assert ack(client, group, [r["delivery_id"] for r in taken]).status_code == 200
+    assert group in _assert_ok(cli(gateway, "share-groups", "list")).split()
+    described = _assert_ok(cli(gateway, "share-groups", "describe", "--group", group))
+    rows = [line.split() for line in described.splitlines()]
+    row = next(r for r in rows if r[:2] == [group, topic_name])
+    assert row[1:] == [topic_name, "0", "2", "2", "0", "0", "0", "0"], described
+    assert "has no active members" in described
+    reset = ("share-groups", "reset", "--group", group, "--topic", topic_name, "--to-earliest")
+    assert topic_name in _assert_ok(cli(gateway, *reset))
+    again = acquire(client, group, topic_name, max_records=10)["records"]
+    assert [r["value"] for r in again] == ["a", "b", "c", "d"]
+    unknown = cli(gateway, "share-groups", "reset", "--group", group, "--topic", "nope",
+                  "--to-latest")  # fmt: skip
+    _assert_one_line_error(unknown, "nope")
+    assert _assert_ok(cli(gateway, "share-groups", "delete", "--group", group))
+    assert group not in _assert_ok(cli(gateway, "share-groups", "list")).split()

@@ -15,6 +15,7 @@ partition serializes its share groups' changes and commits; table I/O runs on `b
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -195,6 +196,19 @@ class ShareOwner:
         """The share partition as this node holds it (loaded from the table if need be)."""
         async with self._lock(key):
             return await self._loaded(key, limits)
+
+    def held(self) -> list[tuple[ShareKey, SharePartition]]:
+        """The share partitions in this node's memory (those it served since it took them),
+        without I/O: the metrics read them."""
+        return sorted(self._partitions.items(), key=lambda item: dataclasses.astuple(item[0]))
+
+    def series(self) -> list[tuple[str, str, int, int, dict[str, int]]]:
+        """(group, topic, partition, start offset, records by state) of `held()` (metrics)."""
+        now_ms = self._clock_ms()
+        return [
+            (key.group_id, key.topic, key.partition, part.start_offset, part.counts(now_ms))
+            for key, part in self.held()
+        ]
 
     async def stored_groups(self) -> list[str]:
         """The share groups with a stored state (any node's)."""

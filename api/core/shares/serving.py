@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from api.core import leader_reads
+from api.core import leader_reads, metrics
 from api.core.broker import Broker
 from api.core.errors import InvalidRequest, NotLeader
 from api.core.group_configs import BY_DURATION, ShareSettings, duration_ms
@@ -108,6 +109,8 @@ async def acquire_here(
         read=read,
         start_offset=start_offset,
     )
+    if acquired:
+        metrics.SHARE_ACQUIRED.labels(key.group_id).inc(len(acquired))
     return Delivery(key, _rows(reads[-1] if reads else None, acquired), acquired)
 
 
@@ -133,13 +136,16 @@ async def acknowledge_here(
             f"Group {key.group_id!r} has share.renew.acknowledge.enable=false: locks cannot "
             "be renewed."
         )
-    return await broker.shares.acknowledge(
+    archived = await broker.shares.acknowledge(
         key,
         member_id,
         acknowledgements,
         limits=settings.limits,
         delivery_counts=delivery_counts,
     )
+    for kind, count in Counter(kind for _, kind in acknowledgements).items():
+        metrics.SHARE_ACKNOWLEDGED.labels(key.group_id, kind.name.lower()).inc(count)
+    return archived
 
 
 async def release_here(broker: Broker, key: ShareKey, member_id: str) -> None:
@@ -206,6 +212,8 @@ async def dead_letter_archived(broker: Broker, key: ShareKey, archived: list[Arc
     (errors.deadletterqueue.topic.name). At least once: the archive is stored after this, so
     a failure here refuses the change and a retry copies again; the `lakelog.dlq.source.*`
     headers identify repeats."""
+    for reason, count in Counter(str(record.reason) for record in archived).items():
+        metrics.SHARE_ARCHIVED.labels(key.group_id, reason).inc(count)
     settings = await broker.group_configs.share_settings(key.group_id)
     if settings.dead_letter_topic is None:
         return

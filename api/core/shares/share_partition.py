@@ -325,11 +325,16 @@ class SharePartition:
         records = {o: r for o, r in self.records.items() if o >= offset}
         return SharePartition(offset, max(self.end_offset, offset), records)
 
-    def counts(self) -> dict[str, int]:
-        """In-flight records by state (the console and /metrics show them)."""
+    def counts(self, now_ms: int | None = None) -> dict[str, int]:
+        """In-flight records by state (the console and /metrics show them); at `now_ms`, a
+        record whose lock has expired counts as available (it is, once next touched)."""
         counts = {state.name.lower(): 0 for state in RecordState}
         for record in self.records.values():
-            counts[record.state.name.lower()] += 1
+            state = record.state
+            expired = record.deadline_ms is not None and now_ms is not None
+            if state == RecordState.ACQUIRED and expired and now_ms >= record.deadline_ms:
+                state = RecordState.AVAILABLE
+            counts[state.name.lower()] += 1
         return counts
 
     def held_by(self, member_id: str) -> list[int]:

@@ -24,11 +24,16 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from api.core import leader_reads
 from api.core.group_configs import ConfigEntry
+from api.core.groups.errors import GroupNotFound
+from api.core.shares import admin
+from api.core.shares.membership import ShareGroupView
 from api.core.shares.share_partition import AcknowledgeType
 from api.http import access, share_queue
 from api.http.deps import BrokerDep, base_url
 from api.http.errors import ApiError, error_body, status_for
+from api.http.forwarding import served_by_coordinator
 from api.http.routes.v3_topics import check_cluster, list_body
 from api.http.share_queue import Acquisition
 from api.http.wire import BINARY, RECORD_MEDIA_TYPES, parse_json
@@ -150,28 +155,89 @@ def _error_fields(error: Exception | None) -> dict:
 async def list_groups(cluster_id: str, request: Request, broker: BrokerDep) -> dict:
     check_cluster(cluster_id, broker.settings)
     url = f"{base_url(request, broker.settings)}/v3/clusters/{cluster_id}/share-groups"
-    groups = await broker.shares.stored_groups()
+    groups = await admin.share_group_ids(broker)
     visible = [g for g in groups if access.permits(request, "DESCRIBE", "group", g)]
     data = [{"group_id": g, "metadata": {"self": f"{url}/{g}"}} for g in visible]
     return list_body("ShareGroupList", url, data)
 
 
-@router.get("/{group}", summary="A share group's partitions: start offsets and records by state")
+@router.get("/{group}", summary="A share group: members, start offsets, records by state, lag")
+@served_by_coordinator
 async def describe(cluster_id: str, group: str, request: Request, broker: BrokerDep) -> dict:
     check_cluster(cluster_id, broker.settings)
-    stored = await broker.shares.stored_partitions(group)
-    current = {topic.name: topic.topic_id for topic in await broker.topics.list_all()}
+    try:
+        view = await admin.group_view(broker, group)
+    except GroupNotFound:
+        view = ShareGroupView(group)  # not a share group yet: nothing stored, no members
     partitions = [
         {
-            "topic_name": topic,
-            "partition_id": partition,
-            "start_offset": state.start_offset,
-            "records": _counts(state.batches),
+            "topic_name": p.topic,
+            "partition_id": p.partition,
+            "start_offset": p.start_offset,
+            "lag": p.lag,
+            "records": _counts(p.batches),
         }
-        for (topic, partition), state in sorted(stored.items())
-        if current.get(topic) == state.topic_id  # not of a deleted incarnation
+        for p in await admin.describe_offsets(broker, group)
     ]
-    return {"kind": "ShareGroup", "group_id": group, "partitions": partitions}
+    members = [
+        {
+            "member_id": m.member_id,
+            "client_id": m.client_id,
+            "client_host": m.client_host,
+            "member_epoch": m.epoch,
+            "topics": list(m.topic_names),
+        }
+        for m in view.members.values()
+    ]
+    return {
+        "kind": "ShareGroup",
+        "group_id": group,
+        "state": view.state,
+        "coordinator": broker.groups.node_id,
+        "members": members,
+        "partitions": partitions,
+    }
+
+
+@router.post(
+    "/{group}/offsets:reset", summary="Start share partitions over (group without members)"
+)
+@served_by_coordinator
+async def reset_offsets(cluster_id: str, group: str, request: Request, broker: BrokerDep):
+    check_cluster(cluster_id, broker.settings)
+    body = _object(parse_json(await request.body()))
+    admin.check_empty(broker, group)
+    topics = body.get("topics")
+    if not isinstance(topics, list) or not topics or not all(isinstance(t, str) for t in topics):
+        raise _bad("'topics' is a non-empty list of topic names.")
+    to = body.get("to")
+    if to not in ("earliest", "latest") and (not isinstance(to, int) or isinstance(to, bool)):
+        raise _bad("'to' is earliest, latest or an offset.")
+    access.require_topics(request, "READ", topics)
+    results = []
+    for topic in topics:
+        for partition in range((await broker.topics.get(topic)).partitions):
+            start = await _target(broker, topic, partition, to)
+            await admin.reset(broker, group, topic, partition, start)
+            results.append({"topic_name": topic, "partition_id": partition, "start_offset": start})
+    return {"results": results}
+
+
+async def _target(broker, topic: str, partition: int, to) -> int:
+    bounds = await leader_reads.bounds(broker, topic, partition)
+    if to == "earliest":
+        return bounds.log_start_offset
+    if to == "latest":
+        return bounds.high_watermark
+    return min(max(to, bounds.log_start_offset), bounds.high_watermark)
+
+
+@router.delete("/{group}", summary="Delete a share group without members", status_code=204)
+@served_by_coordinator
+async def delete(cluster_id: str, group: str, request: Request, broker: BrokerDep):
+    check_cluster(cluster_id, broker.settings)
+    await admin.delete_group(broker, group)
+    return Response(status_code=204)
 
 
 def _counts(batches: tuple[ShareBatch, ...]) -> dict[str, int]:
