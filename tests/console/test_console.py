@@ -192,6 +192,27 @@ def test_groups_pages_show_state_lag_per_partition_and_lag_over_time(shop, page,
     shoot(page, "group", tmp_path)
 
 
+def test_share_group_pages_show_partitions_by_state_and_members(shop, page, tmp_path):
+    gateway, client = shop
+    share = "/v3/clusters/lakelog/share-groups/workers"
+    configs = {"data": [{"name": "share.auto.offset.reset", "value": "earliest"}]}
+    assert client.post(f"{share}/configs:alter", json=configs).status_code == 204
+    body = {"topics": ["orders"], "max_records": 5, "timeout_ms": 0, "lock_duration_ms": 600000}
+    taken = client.post(f"{share}/records:acquire", json=body).json()["records"]
+    assert len(taken) == 5
+    rejected = {"acknowledgements": [{"delivery_id": taken[0]["delivery_id"], "type": "reject"}]}
+    assert client.post(f"{share}/records:acknowledge", json=rejected).status_code == 200
+
+    open_console(page, gateway.url, "/shares", rows_ready("#share-groups"))
+    assert ["workers"] in page.rows("#share-groups")
+    open_console(page, gateway.url, "/shares/workers", rows_ready("#share-partitions"))
+    assert page.text("#share-acquired") == "4"
+    assert page.text("#share-state") == "Empty"
+    rows = page.rows("#share-partitions")
+    assert sum(int(r[5]) for r in rows) == 4  # acquired, per partition
+    shoot(page, "share-group", tmp_path)
+
+
 def test_a_page_left_before_it_loaded_never_replaces_the_next_one(shop, page):
     """The group page (which refreshes itself) is left at once for the topics: it neither
     shows up late nor keeps refreshing over the topics."""

@@ -9,6 +9,7 @@ import { messagesPage } from "./messages.js";
 import { clearBanner, rerender, showError, SIGN_IN_EVENT } from "./notice.js";
 import { maintenancePage, nodesPage } from "./nodes.js";
 import { schemasPage, subjectPage } from "./schemas.js";
+import { sharePage, sharesPage } from "./shares.js";
 import { topicPage, topicsPage } from "./topics.js";
 
 const ROUTES = [
@@ -17,6 +18,8 @@ const ROUTES = [
   [/^#\/topics$/, topicsPage, "topics"],
   [/^#\/groups\/([^/]+)$/, groupPage, "groups"],
   [/^#\/groups$/, groupsPage, "groups"],
+  [/^#\/shares\/([^/]+)$/, sharePage, "shares"],
+  [/^#\/shares$/, sharesPage, "shares"],
   [/^#\/schemas\/([^/]+)$/, subjectPage, "schemas"],
   [/^#\/schemas$/, schemasPage, "schemas"],
   [/^#\/nodes$/, nodesPage, "nodes"],
