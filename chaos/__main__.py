@@ -1,4 +1,4 @@
-"""`python -m chaos run T1|T2|T2b|T3|T3g|T4|TK|TX|TX2 --seed S --ops N [--duration-s D]
+"""`python -m chaos run T1|T2|T2b|T3|T3g|T4|TK|TX|TX2|SQ --seed S --ops N [--duration-s D]
 [--workdir DIR] [--store local|s3|azure]`.
 
 Runs one scenario against real gateway processes, prints its figures (operations by type and

@@ -66,6 +66,7 @@ from chaos.history import (
     load,
     operations,
 )
+from chaos.shares import run_sq
 from chaos.transactions import run_tx, run_tx2
 from tests.gateway_process import GatewayProcess, free_port, start_gateway
 
@@ -1092,6 +1093,7 @@ SCENARIOS = {
     "TK": run_tk,
     "TX": run_tx,
     "TX2": run_tx2,
+    "SQ": run_sq,
 }
 
 __all__ = [
