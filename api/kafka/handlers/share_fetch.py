@@ -36,7 +36,8 @@ DEFAULT_RECORDS_MAX = 500  # a v0-style request without max_records: the client 
 class _Request:
     """What a ShareFetch or ShareAcknowledge names, by topic name."""
 
-    acknowledgements: dict[PartitionKey, list[tuple[int, AcknowledgeType]]]
+    # per partition: its acknowledgements, or why they are malformed (refused, all of them)
+    acknowledgements: dict[PartitionKey, list[tuple[int, AcknowledgeType]] | InvalidRequest]
     fetched: list[PartitionKey]
     forgotten: list[PartitionKey]
     unknown: dict[uuid.UUID, list[int]]  # topic ids not known here
@@ -101,7 +102,7 @@ async def share_acknowledge(connection: Connection, request, version: int) -> di
 
 async def _parsed(connection: Connection, topics, forgotten_topics) -> _Request:
     names = await names_by_id(connection)
-    acknowledgements: dict[PartitionKey, list[tuple[int, AcknowledgeType]]] = {}
+    acknowledgements: dict = {}
     fetched, unknown = [], {}
     for topic in topics:
         if topic.topic_id not in names:
@@ -112,7 +113,10 @@ async def _parsed(connection: Connection, topics, forgotten_topics) -> _Request:
             fetched.append(key)
             batches = partition.acknowledgement_batches
             if batches:
-                acknowledgements[key] = _acknowledgements(batches)
+                try:
+                    acknowledgements[key] = _acknowledgements(batches)
+                except InvalidRequest as malformed:
+                    acknowledgements[key] = malformed
     forgotten = [
         (names[t.topic_id], p)
         for t in forgotten_topics
@@ -176,6 +180,8 @@ async def _acknowledge_all(
     results: dict[PartitionKey, Exception | None] = {}
     for (topic, partition), items in acknowledgements.items():
         try:
+            if isinstance(items, InvalidRequest):
+                raise items
             connection.check("READ", "topic", topic)
             key = await serving.share_key(connection.broker, request.group_id, topic, partition)
             await serving.acknowledge_here(connection.broker, key, request.member_id, items)
