@@ -219,11 +219,29 @@ class GroupConfigs:
         self._blocking = blocking
         self._clock_ms = clock_ms or (lambda: int(time.monotonic() * 1000))
         self._refreshed_ms: int | None = None
+        self._known_share_groups: set[str] = set()
 
     async def own(self, group_id: str) -> dict[str, str]:
         """The settings the group sets itself."""
         await self._fresh()
         return dict(self._store.all().get(group_id, {}))
+
+    async def share_groups(self) -> list[str]:
+        """The share groups recorded as existing (by any node)."""
+        await self._fresh()
+        return self._store.share_groups()
+
+    async def mark_share_group(self, group_id: str, *, exists: bool = True) -> None:
+        """Record that a share group exists (its first member joined, or its offsets were set)
+        or that it was deleted; a group already known here is not written again."""
+        if exists and group_id in self._known_share_groups:
+            return
+        await self._blocking(self._store.set_share_group, group_id, exists, int(time.time() * 1000))
+        if exists:
+            self._known_share_groups.add(group_id)
+        else:
+            self._known_share_groups.discard(group_id)
+        self._refreshed_ms = None  # read it back at the next look
 
     async def configured_groups(self, *, share_only: bool = False) -> list[str]:
         """The groups that set any config of their own (`share_only`: any share group

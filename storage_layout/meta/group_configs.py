@@ -1,7 +1,8 @@
 """Per-group configs (Kafka's GROUP config resource): `_meta/group_configs`, a `DocumentTable`
-of kind `group` whose document is a group's own settings, `{name: value}` as strings
-(FORMAT.md §20). A group without a document uses the defaults. The rules for names and values
-are the node's (api/core/group_configs.py); this is only where they are kept.
+of kind `group` whose document is a group's own settings, `{name: value}` as strings, and of
+kind `share-group` for each share group that exists (FORMAT.md §20). A group without a
+document uses the defaults. The rules for names and values are the node's
+(api/core/group_configs.py); this is only where they are kept.
 
 Concurrency contract: as `DocumentTable`'s.
 """
@@ -14,6 +15,9 @@ from storage_layout.meta.documents import DocumentTable, DocumentView, Write
 
 GROUP_CONFIGS_TABLE = "group_configs"
 KIND_GROUP = "group"
+# A share group that exists (it had a member, or an administrator set its offsets): Kafka keeps
+# such a group, empty, until it is deleted. Document: {"created_ms": <when>}.
+KIND_SHARE_GROUP = "share-group"
 
 
 class GroupConfigStore:
@@ -29,6 +33,21 @@ class GroupConfigStore:
     def all(self) -> dict[str, dict[str, str]]:
         """Each group's settings, as last refreshed."""
         return self.table.documents(KIND_GROUP)
+
+    def share_groups(self) -> list[str]:
+        """The share groups that exist, as last refreshed."""
+        return sorted(self.table.documents(KIND_SHARE_GROUP))
+
+    def set_share_group(self, group_id: str, exists: bool, created_ms: int = 0) -> None:
+        """Record that a share group exists (once), or that it was deleted.
+
+        Raises:
+            StorageUnavailable: the table could not be read or written.
+        """
+        if exists:
+            self.table.put(KIND_SHARE_GROUP, group_id, {"created_ms": created_ms}, create_only=True)
+        else:
+            self.table.put(KIND_SHARE_GROUP, group_id, None)
 
     def change(
         self, group_id: str, decide: Callable[[Mapping[str, str]], Mapping[str, str] | None]

@@ -65,10 +65,12 @@ async def describe_offsets(broker: Broker, group_id: str) -> list[SharePartition
 
 
 async def share_group_ids(broker: Broker) -> list[str]:
-    """Every share group: with a stored state, members at this node, or share configs."""
+    """Every share group: recorded as existing, with a stored state, members at this node, or
+    share configs."""
     named = set(await broker.shares.stored_groups())
     named |= set(broker.share_members.local_groups())
     named |= set(await broker.group_configs.configured_groups(share_only=True))
+    named |= set(await broker.group_configs.share_groups())
     return sorted(named)
 
 
@@ -110,6 +112,8 @@ async def reset(broker: Broker, group_id: str, topic: str, partition: int, start
         NotLeader: its leader could not be reached (retry).
     """
     key = await serving.share_key(broker, group_id, topic, partition)
+    if start is not None:  # Kafka creates the share group if it did not exist
+        await broker.group_configs.mark_share_group(group_id)
     url = await broker.partitions.remote_leader_url(topic, partition)
     if url is None:
         await serving.reset_here(broker, key, start)
@@ -128,12 +132,12 @@ async def delete_group(broker: Broker, group_id: str) -> int:
         GroupNotFound: it has no state and no configs.
     """
     check_empty(broker, group_id)
-    stored = await stored_partitions(broker, group_id)
-    configured = group_id in await broker.group_configs.configured_groups()
-    if not stored and not configured:
+    if group_id not in await share_group_ids(broker):
         raise GroupNotFound(f"No share group '{group_id}'.")
+    stored = await stored_partitions(broker, group_id)
     for topic, partition in stored:
         await reset(broker, group_id, topic, partition, None)
-    if configured:
+    if group_id in await broker.group_configs.configured_groups():
         await broker.group_configs.alter(group_id, lambda current: dict.fromkeys(current))
+    await broker.group_configs.mark_share_group(group_id, exists=False)
     return len(stored)

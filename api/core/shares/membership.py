@@ -120,6 +120,8 @@ class ShareMembership:
             self._leave(group, beat.member_id)
             return ShareHeartbeatAnswer(beat.member_id, LEAVE_EPOCH, 0, None)
         member = await self._updated(group, beat)
+        if beat.member_epoch == JOIN_EPOCH:
+            await self._configs.mark_share_group(group_id)
         known = group.members.get(beat.member_id)
         changed = known is None or known.epoch != member.epoch or beat.member_epoch == JOIN_EPOCH
         group.members[member.member_id] = member
