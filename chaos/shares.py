@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import random
-import signal
 import subprocess
 import tempfile
 import threading
@@ -36,14 +35,14 @@ from pathlib import Path
 import httpx
 from confluent_kafka import Producer
 
-from chaos.history import GATEWAY_KILL, Recorder
+from chaos.history import Recorder
+from chaos.transactions import alternate_faults
 from tests import apache_kafka
 from tests.gateway_process import free_port
 
 GROUP = "sq-workers"
 DELIVERY_LIMIT = 4
 HTTP_LOCK_MS = 3_000
-PAUSE_S = (2.0, 6.0)
 JAVA_SOURCES = Path(__file__).parent / "java_share"
 SHARE = "/v3/clusters/lakelog/share-groups"
 CHECKS = ("accepted_twice", "lost", "repeated_counts", "past_limit", "undrained")
@@ -247,18 +246,6 @@ class HttpConsumer(threading.Thread):
                 self.log.acknowledged(*key, kind, outcomes.get(delivery_id, "unknown"))
 
 
-def _fault(cluster, rng: random.Random, faults: Counter) -> None:
-    if faults[GATEWAY_KILL] <= faults["pause"]:
-        cluster.kill_and_restart()
-        faults[GATEWAY_KILL] += 1
-        return
-    node = rng.randrange(len(cluster.gateways))
-    cluster.signal(node, signal.SIGSTOP, "pause", f"node {node}")
-    time.sleep(rng.uniform(*PAUSE_S))
-    cluster.signal(node, signal.SIGCONT, "resume", f"node {node}")
-    faults["pause"] += 1
-
-
 def run_sq(
     *,
     seed: int,
@@ -310,7 +297,7 @@ def run_sq(
             target=_feed, args=(bootstrap, topic, ops, input_per_s, log), daemon=True
         )
         feeder.start()
-        nemesis = Nemesis(rng, *fault_every_s, lambda: _fault(cluster, rng, faults))
+        nemesis = Nemesis(rng, *fault_every_s, lambda: alternate_faults(cluster, rng, faults))
         deadline = started + duration_s
         with nemesis:
             while time.monotonic() < deadline:

@@ -392,7 +392,7 @@ class Tail(threading.Thread):
             consumer.close()
 
 
-def _fault(cluster, rng: random.Random, faults: Counter) -> None:
+def alternate_faults(cluster, rng: random.Random, faults: Counter) -> None:
     """kill -9 and restart node 0, or pause a node past its lease and let it go on, in turns."""
     if faults[GATEWAY_KILL] <= faults["pause"]:
         cluster.kill_and_restart()
@@ -448,7 +448,7 @@ def run_tx(
         for worker in workers:
             worker.thread.start()
         tail.start()
-        nemesis = Nemesis(rng, *fault_every_s, lambda: _fault(cluster, rng, faults))
+        nemesis = Nemesis(rng, *fault_every_s, lambda: alternate_faults(cluster, rng, faults))
         deadline = started + duration_s
         with nemesis:
             while time.monotonic() < deadline:
