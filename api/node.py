@@ -163,7 +163,14 @@ class Node:
         )
         membership.start()
         self._closers.append(membership.close)
-        configs = GroupConfigs(await blocking(GroupConfigStore, self.root), blocking)
+        configs = GroupConfigs(
+            await blocking(GroupConfigStore, self.root),
+            blocking,
+            lock_duration_bounds_ms=(
+                settings.group_share_min_record_lock_duration_ms,
+                settings.group_share_max_record_lock_duration_ms,
+            ),
+        )
         return Broker(
             settings,
             root=self.root,

@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     # long is removed) and group.consumer.heartbeat.interval.ms (what members are told to keep).
     group_consumer_session_timeout_ms: int = Field(default=45_000, ge=1_000)
     group_consumer_heartbeat_interval_ms: int = Field(default=5_000, ge=100)
+    # Share groups: Kafka's group.share.min/max.record.lock.duration.ms, the range a group's
+    # share.record.lock.duration.ms may take (Kafka's test setups lower the minimum to 1 s).
+    group_share_min_record_lock_duration_ms: int = Field(default=15_000, ge=1_000)
+    group_share_max_record_lock_duration_ms: int = Field(default=60_000, ge=1_000)
 
     # Request limits, checked before a body is buffered (bytes) and while it is parsed.
     request_bytes_max: int = Field(default=16 * MIB, gt=0)

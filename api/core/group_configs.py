@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from api.core.shares.share_partition import Limits
 from storage_layout.errors import ConfigNotApplied, InvalidConfig
@@ -194,8 +194,14 @@ class ShareSettings:
         )
 
 
-def normalized(changes: Mapping[str, str | None]) -> dict[str, str | None]:
-    """`changes` checked (None: back to the default).
+LOCK_DURATION = "share.record.lock.duration.ms"
+
+
+def normalized(
+    changes: Mapping[str, str | None], bounds: Mapping[str, tuple[int, int]] | None = None
+) -> dict[str, str | None]:
+    """`changes` checked (None: back to the default); `bounds` replace the range of the
+    configs it names (the node's group.share.min/max.record.lock.duration.ms).
 
     Raises:
         InvalidConfig: an unknown name, or a value its config does not accept.
@@ -203,8 +209,11 @@ def normalized(changes: Mapping[str, str | None]) -> dict[str, str | None]:
     unknown = sorted(name for name in changes if name not in DEFINITIONS)
     if unknown:
         raise InvalidConfig(f"{', '.join(unknown)}: not a group config (see Kafka's GroupConfig).")
+    definitions = dict(DEFINITIONS)
+    for name, (low, high) in (bounds or {}).items():
+        definitions[name] = replace(definitions[name], low=low, high=high)
     return {
-        name: None if raw is None else DEFINITIONS[name].check(str(raw))
+        name: None if raw is None else definitions[name].check(str(raw))
         for name, raw in changes.items()
     }
 
@@ -213,9 +222,15 @@ class GroupConfigs:
     """Every group's configs, as this node last read them (at most REFRESH_INTERVAL_MS old)."""
 
     def __init__(
-        self, store: GroupConfigStore, blocking: Blocking, clock_ms: Callable[[], int] | None = None
+        self,
+        store: GroupConfigStore,
+        blocking: Blocking,
+        clock_ms: Callable[[], int] | None = None,
+        *,
+        lock_duration_bounds_ms: tuple[int, int] = (15_000, 60_000),
     ) -> None:
         self._store = store
+        self._bounds = {LOCK_DURATION: lock_duration_bounds_ms}
         self._blocking = blocking
         self._clock_ms = clock_ms or (lambda: int(time.monotonic() * 1000))
         self._refreshed_ms: int | None = None
@@ -279,7 +294,7 @@ class GroupConfigs:
         """
 
         def merged(current: Mapping[str, str]) -> dict[str, str]:
-            changes = normalized(decide(current))
+            changes = normalized(decide(current), self._bounds)
             after = {**current, **changes}
             return {name: value for name, value in after.items() if value is not None}
 

@@ -36,6 +36,7 @@ class ShareSession:
     key: SessionKey
     next_epoch: int
     partitions: dict[PartitionKey, None] = field(default_factory=dict)  # ordered set
+    fetches: int = 0  # fetches answered: where the next one starts among the partitions
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,18 +60,22 @@ def run(coroutine):
     return asyncio.run(coroutine)
 
 
-def test_members_get_every_partition_and_epochs_follow_changes(world):
+def test_partitions_are_spread_over_members_and_shared_when_members_outnumber_them(world):
     members, counts, _ = world
+    orders = [TopicPartition("orders", p) for p in range(3)]
     first = run(members.heartbeat("g", beat("a", 0, ("orders", "missing"))))
-    assert first.assignment == {TopicPartition("orders", 0), TopicPartition("orders", 1)}
+    assert first.assignment == {orders[0], orders[1]}  # alone: every partition that exists
     second = run(members.heartbeat("g", beat("b", 0, ("orders",))))
-    assert second.assignment == first.assignment  # shared: records are locked one by one
-    same = run(members.heartbeat("g", beat("a", first.member_epoch)))
-    assert same.assignment is None and same.member_epoch == first.member_epoch
+    assert second.assignment == {orders[1]}
+    moved = run(members.heartbeat("g", beat("a", first.member_epoch)))
+    assert moved.assignment == {orders[0]} and moved.member_epoch > first.member_epoch
+    same = run(members.heartbeat("g", beat("a", moved.member_epoch)))
+    assert same.assignment is None and same.member_epoch == moved.member_epoch
+    third = run(members.heartbeat("g", beat("c", 0, ("orders",))))
+    assert third.assignment == {orders[0]}  # 3 members, 2 partitions: c shares partition 0
     counts["orders"] = 3
-    grown = run(members.heartbeat("g", beat("a", first.member_epoch)))
-    assert grown.member_epoch > first.member_epoch
-    assert TopicPartition("orders", 2) in grown.assignment
+    grown = run(members.heartbeat("g", beat("c", third.member_epoch)))
+    assert grown.assignment == {orders[2]}
     assert grown.heartbeat_interval_ms == 5000
 
 

@@ -1,14 +1,17 @@
 """Share group membership (KIP-932's ShareGroupHeartbeat), kept by the group's coordinator.
 
-Members join, heartbeat and leave; the coordinator assigns each member every partition of the
-topics it subscribes to (KIP-932's simple assignor, first form: in a share group records are
-locked one by one, so any number of members may read one partition, and a group never has
-idle members while a partition has records). A member's epoch moves on whenever its
-assignment changes; a heartbeat carrying another epoch is fenced (FENCED_MEMBER_EPOCH), as in
-Kafka. Membership is in memory: a new coordinator starts with none, and members join again
-(UNKNOWN_MEMBER_ID), as after any coordinator change. Records a member held are not affected:
-they are locked at the partitions' leaders and come back when their locks expire, or at once
-when the member closes its share sessions.
+Members join, heartbeat and leave; the coordinator assigns partitions as Kafka's simple
+share assignor does: a topic with at least as many partitions as subscribed members has each
+partition assigned to one member (round robin over the members in id order), and a topic with
+fewer partitions than members has each member assigned one partition, so each partition is
+shared by several (records are locked one by one: members of a share group never idle while a
+partition has records). Assignments follow membership at once (no revocation phase: a
+partition read by two members for a moment hands each record to one of them). A member's epoch
+moves on whenever its assignment changes; a heartbeat carrying another epoch is fenced
+(FENCED_MEMBER_EPOCH), as in Kafka. Membership is in memory: a new coordinator starts with
+none, and members join again (UNKNOWN_MEMBER_ID), as after any coordinator change. Records a
+member held are not affected: they are locked at the partitions' leaders and come back when
+their locks expire, or at once when the member closes its share sessions.
 
 Concurrency contract: coroutines on the node's event loop, no I/O but the configs' reads.
 """
@@ -16,7 +19,7 @@ Concurrency contract: coroutines on the node's event loop, no I/O but the config
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from api.core.group_configs import GroupConfigs
@@ -162,7 +165,9 @@ class ShareMembership:
             )
         else:
             topics = known.topic_names if beat.topic_names is None else tuple(beat.topic_names)
-        assigned = _assignment(topics, await self._partition_counts())
+        subscriptions = {m.member_id: m.topic_names for m in group.members.values()}
+        subscriptions[beat.member_id] = topics
+        assigned = _assignment(beat.member_id, subscriptions, await self._partition_counts())
         if known is not None and assigned == known.assigned and topics == known.topic_names:
             return replace(known, last_seen_ms=now_ms)
         group.epoch += 1
@@ -210,10 +215,17 @@ class ShareMembership:
         return removed
 
 
-def _assignment(topics: Iterable[str], counts: dict[str, int]) -> frozenset[TopicPartition]:
-    return frozenset(
-        TopicPartition(topic, p)
-        for topic in topics
-        if topic in counts
-        for p in range(counts[topic])
-    )
+def _assignment(
+    member_id: str, subscriptions: Mapping[str, Iterable[str]], counts: Mapping[str, int]
+) -> frozenset[TopicPartition]:
+    """`member_id`'s partitions under the simple assignor (module docstring)."""
+    assigned = set()
+    for topic in subscriptions[member_id]:
+        partitions = counts.get(topic, 0)
+        members = sorted(m for m, topics in subscriptions.items() if topic in topics)
+        index = members.index(member_id)
+        if partitions >= len(members):
+            assigned |= {TopicPartition(topic, p) for p in range(index, partitions, len(members))}
+        elif partitions:
+            assigned.add(TopicPartition(topic, index % partitions))
+    return frozenset(assigned)

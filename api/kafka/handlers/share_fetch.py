@@ -2,11 +2,13 @@
 to, each partition's leader, within a share session (api/kafka/share_sessions.py).
 
 A ShareFetch first applies the acknowledgements it carries, then acquires up to `max_records`
-records across the session's partitions for the member (api/core/shares/serving.py: stored
-before they are answered), long-polling up to `max_wait` for the first. The answer carries
-each partition's records as RecordBatch v2 and the offset ranges acquired, with their delivery
-counts; acknowledgement errors come per partition (`acknowledge_error_code`). A session closed
-with epoch -1 releases the member's records on its partitions.
+records of one of the session's partitions for the member (api/core/shares/serving.py: stored
+before they are answered), long-polling up to `max_wait` for the first: the first partition
+with records, starting one further at each fetch of the session, as Kafka's answers carry one
+partition's records (librdkafka's tests count on it). `max_bytes` 0 fetches nothing. The
+answer carries the partition's records as RecordBatch v2 and the offset ranges acquired, with
+their delivery counts; acknowledgement errors come per partition (`acknowledge_error_code`). A
+session closed with epoch -1 releases the member's records on its partitions.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ from api.kafka.fetch_batches import encode_records
 from api.kafka.handlers.cluster import brokers
 from api.kafka.handlers.consumer_groups import names_by_id
 from api.kafka.messages import milliseconds
-from api.kafka.share_sessions import INITIAL_EPOCH, PartitionKey, ShareSessionError
+from api.kafka.share_sessions import (
+    INITIAL_EPOCH,
+    PartitionKey,
+    ShareSession,
+    ShareSessionError,
+)
 
 DEFAULT_RECORDS_MAX = 500  # a v0-style request without max_records: the client default
 
@@ -51,8 +58,8 @@ async def share_fetch(connection: Connection, request, version: int) -> dict:
         deliveries: dict[PartitionKey, Delivery | Exception] = {}
         if plan.closing:
             await _release(connection, request, plan.session.partitions)
-        elif not getattr(request, "is_renew_ack", False):
-            deliveries = await _acquire_all(connection, request, list(plan.session.partitions))
+        elif not getattr(request, "is_renew_ack", False) and request.max_bytes > 0:
+            deliveries = await _acquire_one_of(connection, request, plan.session)
     except Exception as error:
         return _refused(error)
     settings = await connection.broker.group_configs.share_settings(request.group_id)
@@ -191,22 +198,27 @@ async def _acknowledge_all(
     return results
 
 
-async def _acquire_all(
-    connection: Connection, request, partitions: Sequence[PartitionKey]
+async def _acquire_one_of(
+    connection: Connection, request, session: ShareSession
 ) -> dict[PartitionKey, Delivery | Exception]:
+    """The first of the session's partitions (from a rotating start) with records to acquire,
+    or an error; long-polls until there is one."""
     records_max = getattr(request, "max_records", 0) or DEFAULT_RECORDS_MAX
-    bytes_max = max(1, request.max_bytes)
     max_wait_ms = min(milliseconds(request.max_wait), connection.settings.fetch_timeout_ms_max)
+    partitions = list(session.partitions)
+    if partitions:
+        start = session.fetches % len(partitions)
+        partitions = partitions[start:] + partitions[:start]
+    session.fetches += 1
 
     async def read() -> dict[PartitionKey, Delivery | Exception]:
         found: dict[PartitionKey, Delivery | Exception] = {}
-        remaining = records_max
         for key in partitions:
-            if remaining <= 0:
+            found[key] = await _acquire_one(
+                connection, request, key, records_max, request.max_bytes
+            )
+            if isinstance(found[key], Exception) or found[key].acquired:
                 break
-            found[key] = await _acquire_one(connection, request, key, remaining, bytes_max)
-            if isinstance(found[key], Delivery):
-                remaining -= len(found[key].acquired)
         return found
 
     def enough(found: dict) -> bool:
