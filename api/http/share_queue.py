@@ -25,13 +25,14 @@ from dataclasses import dataclass
 import orjson
 
 from api.core.broker import Broker
-from api.core.errors import NotLeader
+from api.core.errors import BrokerError, NotLeader
 from api.core.shares import serving
-from api.core.shares.errors import InvalidRecordState, ShareError, UnknownDeliveryId
+from api.core.shares.errors import InvalidRecordState, UnknownDeliveryId
 from api.core.shares.owner import ShareKey
 from api.core.shares.share_partition import AcknowledgeType, Archived
 from api.http.wire import records_to_items
 from storage_layout.cluster import routes
+from storage_layout.errors import StorageError
 
 log = logging.getLogger("lakelog.shares")
 
@@ -211,7 +212,7 @@ async def acknowledge(
         ids = [text for _, _, text in group]
         try:
             await acknowledge_partition(broker, group_id, [(d, k) for d, k, _ in group])
-        except (ShareError, NotLeader) as error:
+        except (BrokerError, StorageError) as error:  # this partition's, the others go on
             outcomes.append(Outcome(ids, error))
         else:
             outcomes.append(Outcome(ids))

@@ -87,8 +87,8 @@ class ShareSessions:
                 f"Share session epoch {epoch}; {session.next_epoch} was expected.",
             )
         session.next_epoch = epoch + 1 if epoch < 2**31 - 1 else 1
-        for partition in forgotten:
-            session.partitions.pop(partition, None)
         session.partitions.update(dict.fromkeys(added))
+        for partition in forgotten:  # after the additions: forgetting wins, as in Kafka
+            session.partitions.pop(partition, None)
         self._sessions.move_to_end(key)
         return SharePlan(session, closing=False)

@@ -14,6 +14,7 @@ from tests.conftest import create_topic
 from tests.kafka.wire import raw
 
 SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
+ALTER_SHARE_GROUP_OFFSETS = 91
 ACCEPT = 1
 SHARE = "/v3/clusters/lakelog/share-groups"
 
@@ -126,14 +127,32 @@ def test_share_sessions_and_acknowledgements_refuse_what_is_not_held(bootstrap, 
     assert stolen.responses[0].partitions[0].error_code == ErrorCode.invalid_record_state
     malformed = acknowledge(bootstrap, group, member, 1, topic_id, [batch(0, 2, ACCEPT, ACCEPT)])
     assert malformed.responses[0].partitions[0].error_code == ErrorCode.invalid_request
+    # a span no partition can have in flight, and a negative offset: refused, not walked
+    huge = acknowledge(bootstrap, group, member, 2, topic_id, [batch(0, 10**12, ACCEPT)])
+    assert huge.responses[0].partitions[0].error_code == ErrorCode.invalid_request
+    negative = acknowledge(bootstrap, group, member, 3, topic_id, [batch(-5, 0, ACCEPT)])
+    assert negative.responses[0].partitions[0].error_code == ErrorCode.invalid_request
 
-    accepted = acknowledge(bootstrap, group, member, 2, topic_id, [batch(0, 1, ACCEPT)])
+    accepted = acknowledge(bootstrap, group, member, 4, topic_id, [batch(0, 1, ACCEPT)])
     assert accepted.responses[0].partitions[0].error_code == ErrorCode.none
-    again = acknowledge(bootstrap, group, member, 3, topic_id, [batch(0, 0, ACCEPT)])
+    again = acknowledge(bootstrap, group, member, 5, topic_id, [batch(0, 0, ACCEPT)])
     assert again.responses[0].partitions[0].error_code == ErrorCode.invalid_record_state
 
     closed = fetch(bootstrap, group, other, -1, topic_id)  # gives back offsets 2 and 3
     assert closed.error_code == ErrorCode.none
-    back = fetch(bootstrap, group, member, 4, topic_id)
+    back = fetch(bootstrap, group, member, 6, topic_id)
     [delivered] = back.responses[0].partitions[0].acquired_records
     assert (delivered.first_offset, delivered.last_offset, delivered.delivery_count) == (2, 3, 2)
+
+
+def test_altered_offsets_must_not_be_negative_and_are_clamped_to_the_log(bootstrap, queue, http):
+    group, topic = queue
+    alter = {"group_id": group, "topics": [{"topic_name": topic, "partitions": [
+        {"partition_index": 0, "start_offset": -1}]}]}  # fmt: skip
+    refused = raw(bootstrap, ALTER_SHARE_GROUP_OFFSETS, 0, alter)
+    [partition] = refused.responses[0].partitions
+    assert partition.error_code == ErrorCode.invalid_request
+    alter["topics"][0]["partitions"][0]["start_offset"] = 1_000
+    assert raw(bootstrap, ALTER_SHARE_GROUP_OFFSETS, 0, alter).error_code == ErrorCode.none
+    [stored] = http.get(f"{SHARE}/{group}").json()["partitions"]
+    assert stored["start_offset"] == 4  # the log's end: 4 records

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from api.core.group_configs import GroupConfigs
 from api.core.groups.errors import (
     FencedMemberEpoch,
-    InconsistentGroupProtocol,
+    GroupNotFound,
     NotCoordinator,
     UnknownMemberId,
 )
@@ -88,7 +88,7 @@ def test_wrong_epochs_unknown_members_and_foreign_groups_are_refused(world):
         run(members.heartbeat("g", beat("nobody", 3)))
     with pytest.raises(NotCoordinator):
         run(members.heartbeat("elsewhere", beat("a", 0, ("orders",))))
-    with pytest.raises(InconsistentGroupProtocol):
+    with pytest.raises(GroupNotFound, match="is not a share group"):
         run(members.heartbeat("classic", beat("a", 0, ("orders",))))
 
 
@@ -118,3 +118,11 @@ def test_share_sessions_count_epochs_and_close():
     with pytest.raises(ShareSessionError) as gone:
         sessions.plan(key, 3, [])
     assert gone.value.code == ErrorCode.share_session_not_found
+
+
+def test_a_partition_both_added_and_forgotten_is_forgotten_as_in_kafka():
+    sessions = ShareSessions()
+    key = ("g", "m")
+    sessions.plan(key, 0, [("t", 0), ("t", 1)])
+    after = sessions.plan(key, 1, [("t", 1)], [("t", 1)])
+    assert list(after.session.partitions) == [("t", 0)]

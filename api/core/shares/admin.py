@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from api.core import leader_reads
 from api.core.broker import Broker
+from api.core.errors import InvalidRequest
 from api.core.groups.errors import GroupNotFound, NonEmptyGroup
 from api.core.shares import serving
 from api.core.shares.membership import ShareGroupView
@@ -103,15 +104,37 @@ def check_empty(broker: Broker, group_id: str) -> None:
         )
 
 
+async def target_offset(broker: Broker, topic: str, partition: int, to: str | int) -> int:
+    """Where a reset `to` earliest, latest or an offset puts a share partition: an offset is
+    clamped to the partition's bounds, as Kafka's tools clamp consumer group resets.
+
+    Raises:
+        InvalidRequest: a negative offset, or neither earliest nor latest.
+    """
+    if isinstance(to, str) and to not in ("earliest", "latest"):
+        raise InvalidRequest(f"A reset goes to earliest, latest or an offset, not {to!r}.")
+    if isinstance(to, int) and to < 0:
+        raise InvalidRequest(f"Offset {to} is negative: share partitions start at 0 or later.")
+    bounds = await leader_reads.bounds(broker, topic, partition)
+    if to == "earliest":
+        return bounds.log_start_offset
+    if to == "latest":
+        return bounds.high_watermark
+    return min(max(int(to), bounds.log_start_offset), bounds.high_watermark)
+
+
 async def reset(broker: Broker, group_id: str, topic: str, partition: int, start: int | None):
     """Start the group's share partition over at `start` (None: delete its state), at the
-    partition's leader.
+    partition's leader; `start` is clamped to the partition's bounds.
 
     Raises:
         TopicNotFound, PartitionNotFound: no such partition.
+        InvalidRequest: a negative `start`.
         NotLeader: its leader could not be reached (retry).
     """
     key = await serving.share_key(broker, group_id, topic, partition)
+    if start is not None:
+        start = await target_offset(broker, topic, partition, start)
     if start is not None:  # Kafka creates the share group if it did not exist
         await broker.group_configs.mark_share_group(group_id)
     url = await broker.partitions.remote_leader_url(topic, partition)

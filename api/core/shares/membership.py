@@ -26,7 +26,6 @@ from api.core.group_configs import GroupConfigs
 from api.core.groups.errors import (
     FencedMemberEpoch,
     GroupNotFound,
-    InconsistentGroupProtocol,
     InvalidGroupRequest,
     NotCoordinator,
     UnknownMemberId,
@@ -112,7 +111,7 @@ class ShareMembership:
 
         Raises:
             NotCoordinator: another node coordinates the group.
-            InconsistentGroupProtocol: a classic or consumer group has this id.
+            GroupNotFound: a classic or consumer group has this id (Kafka's GROUP_ID_NOT_FOUND).
             UnknownMemberId, FencedMemberEpoch: the member must join again.
             InvalidGroupRequest: no member id, or a join without topics.
         """
@@ -142,10 +141,8 @@ class ShareMembership:
             raise NotCoordinator(f"This node does not coordinate group '{group_id}'; retry.")
         if not beat.member_id:
             raise InvalidGroupRequest("A share group member names itself: member_id is empty.")
-        if self._other_type(group_id):
-            raise InconsistentGroupProtocol(
-                f"Group '{group_id}' is a consumer group, not a share group: pick another id."
-            )
+        if self._other_type(group_id):  # Kafka's answer, word for word
+            raise GroupNotFound(f"Group {group_id} is not a share group.")
 
     async def _updated(self, group: ShareGroupView, beat: ShareHeartbeat) -> ShareMember:
         known = group.members.get(beat.member_id)

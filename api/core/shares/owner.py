@@ -182,6 +182,8 @@ class ShareOwner:
         Raises:
             NotShareOwner: another node owns the topic partition's share states now.
         """
+        if start_offset is not None and start_offset < 0:
+            raise ValueError(f"a share partition starts at 0 or later, not {start_offset}")
         async with self._lock(key):
             if start_offset is None:
                 await self._commit(key, ShareState(key.group_id, key.topic_id, DELETED, ()))

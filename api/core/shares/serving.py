@@ -217,6 +217,9 @@ async def dead_letter_archived(broker: Broker, key: ShareKey, archived: list[Arc
     settings = await broker.group_configs.share_settings(key.group_id)
     if settings.dead_letter_topic is None:
         return
+    if settings.dead_letter_topic == key.topic:  # a copy there would be delivered again
+        log.warning("share group %s: its dead letter topic is %s itself", key.group_id, key.topic)
+        return
     for record in archived:
         report = DeadLetterReport(
             TopicPartition(key.topic, key.partition),

@@ -24,7 +24,6 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from api.core import leader_reads
 from api.core.group_configs import ConfigEntry
 from api.core.groups.errors import GroupNotFound
 from api.core.shares import admin
@@ -106,7 +105,11 @@ async def acquire(cluster_id: str, group: str, request: Request, broker: BrokerD
 async def acknowledge(cluster_id: str, group: str, request: Request, broker: BrokerDep):
     check_cluster(cluster_id, broker.settings)
     body = _object(parse_json(await request.body()))
-    outcomes = await share_queue.acknowledge(broker, group, _acknowledgements(body))
+    acknowledgements = _acknowledgements(body)
+    # Kafka's ShareAcknowledge: READ on the group (the route's rule) and on each topic
+    topics = {share_queue.DeliveryId.decode(text).topic for text, _ in acknowledgements}
+    access.require_topics(request, "READ", topics)
+    outcomes = await share_queue.acknowledge(broker, group, acknowledgements)
     results = [
         {"delivery_id": delivery_id} | _error_fields(outcome.error)
         for outcome in outcomes
@@ -128,8 +131,11 @@ def _object(document: object) -> dict:
 
 def _acknowledgements(body: dict) -> list[tuple[str, AcknowledgeType]]:
     items = body.get("acknowledgements")
-    if not isinstance(items, list) or not items:
-        raise _bad("'acknowledgements' is a non-empty list of {delivery_id, type}.")
+    if not isinstance(items, list) or not items or len(items) > RECORDS_MAX:
+        raise _bad(
+            f"'acknowledgements' is a non-empty list of {{delivery_id, type}}, at most "
+            f"{RECORDS_MAX}."
+        )
     parsed = []
     for item in items:
         kind = item.get("type", "accept") if isinstance(item, dict) else None
@@ -217,19 +223,10 @@ async def reset_offsets(cluster_id: str, group: str, request: Request, broker: B
     results = []
     for topic in topics:
         for partition in range((await broker.topics.get(topic)).partitions):
-            start = await _target(broker, topic, partition, to)
+            start = await admin.target_offset(broker, topic, partition, to)
             await admin.reset(broker, group, topic, partition, start)
             results.append({"topic_name": topic, "partition_id": partition, "start_offset": start})
     return {"results": results}
-
-
-async def _target(broker, topic: str, partition: int, to) -> int:
-    bounds = await leader_reads.bounds(broker, topic, partition)
-    if to == "earliest":
-        return bounds.log_start_offset
-    if to == "latest":
-        return bounds.high_watermark
-    return min(max(to, bounds.log_start_offset), bounds.high_watermark)
 
 
 @router.delete("/{group}", summary="Delete a share group without members", status_code=204)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from api.core.errors import InvalidRequest, NotLeader
+from api.core.group_configs import DEFINITIONS
 from api.core.shares import serving
 from api.core.shares.serving import Delivery
 from api.core.shares.share_partition import AcknowledgeType, Acquired
@@ -37,6 +38,8 @@ from api.kafka.share_sessions import (
 )
 
 DEFAULT_RECORDS_MAX = 500  # a v0-style request without max_records: the client default
+# The most records a share partition can have in flight (share.partition.max.record.locks).
+ACKNOWLEDGED_MAX = int(DEFINITIONS["share.partition.max.record.locks"].high or 4_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,7 @@ async def share_acknowledge(connection: Connection, request, version: int) -> di
                 ErrorCode.invalid_share_session_epoch,
                 "ShareAcknowledge cannot open a share session: ShareFetch with epoch 0 does.",
             )
-        plan = _plan(connection, request, parsed)
+        plan = _plan(connection, request, parsed, adds_partitions=False)
         acked = await _acknowledge_all(connection, request, parsed.acknowledgements)
         if plan.closing:
             await _release(connection, request, plan.session.partitions)
@@ -134,9 +137,17 @@ async def _parsed(connection: Connection, topics, forgotten_topics) -> _Request:
 
 
 def _acknowledgements(batches) -> list[tuple[int, AcknowledgeType]]:
-    """Offsets and types: one type for a whole batch, or one per offset."""
-    acknowledgements = []
+    """Offsets and types: one type for a whole batch, or one per offset. A partition never has
+    more records in flight than `share.partition.max.record.locks` allows (at most
+    ACKNOWLEDGED_MAX), so more offsets than that are malformed, not work to do."""
+    acknowledgements: list[tuple[int, AcknowledgeType]] = []
     for batch in batches:
+        span = batch.last_offset - batch.first_offset + 1
+        if batch.first_offset < 0 or len(acknowledgements) + span > ACKNOWLEDGED_MAX:
+            raise InvalidRequest(
+                f"Acknowledgement batch {batch.first_offset}-{batch.last_offset}: offsets start "
+                f"at 0, and a partition's batches name at most {ACKNOWLEDGED_MAX} offsets."
+            )
         offsets = range(batch.first_offset, batch.last_offset + 1)
         types = list(batch.acknowledge_types)
         if len(types) == 1:
@@ -150,7 +161,9 @@ def _acknowledgements(batches) -> list[tuple[int, AcknowledgeType]]:
     return acknowledgements
 
 
-def _plan(connection: Connection, request, parsed: _Request):
+def _plan(connection: Connection, request, parsed: _Request, *, adds_partitions: bool = True):
+    """The share session after the request: a ShareFetch names the partitions it fetches
+    from (and those to forget); a ShareAcknowledge only moves the epoch on, as Kafka's."""
     if not request.group_id or not request.member_id:
         raise InvalidRequest("A share request names its group and member.")
     connection.check("READ", "group", request.group_id)
@@ -159,7 +172,7 @@ def _plan(connection: Connection, request, parsed: _Request):
     return connection.share_sessions.plan(
         (request.group_id, request.member_id),
         request.share_session_epoch,
-        parsed.fetched,
+        parsed.fetched if adds_partitions else (),
         parsed.forgotten,
     )
 
