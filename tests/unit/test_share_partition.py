@@ -171,3 +171,15 @@ def test_a_stored_acquisition_at_the_delivery_limit_is_archived_on_load():
     ]
     loaded = SharePartition.from_batches(3, at_limit, LIMITS)
     assert loaded.start_offset == 4 and loaded.records[4].state == RecordState.AVAILABLE
+
+
+def test_a_lowered_delivery_limit_archives_available_records_already_past_it():
+    part = SharePartition.from_batches(0, [ShareBatch(0, 1, 0, 4)], Limits())
+    spent, archived = part.past_limit(limits=Limits(delivery_attempt_limit=2))
+    assert [(a.offset, a.delivery_count, a.reason) for a in archived] == [
+        (0, 4, ArchiveReason.DELIVERY_LIMIT),
+        (1, 4, ArchiveReason.DELIVERY_LIMIT),
+    ]
+    assert spent.start_offset == 2 and spent.records == {}
+    unchanged, none = part.past_limit(limits=Limits())
+    assert unchanged is part and none == []

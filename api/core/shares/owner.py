@@ -234,7 +234,8 @@ class ShareOwner:
         if part is None:
             return None
         part, archived = part.expire_locks(limits=limits, now_ms=self._clock_ms())
-        self._unsent.setdefault(key, []).extend(archived)
+        part, spent = part.past_limit(limits=limits)
+        self._unsent.setdefault(key, []).extend([*archived, *spent])
         self._partitions[key] = part
         return part
 

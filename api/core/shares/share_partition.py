@@ -278,6 +278,22 @@ class SharePartition:
         }
         return self._released(expired, limits)
 
+    def past_limit(self, *, limits: Limits) -> tuple[SharePartition, list[Archived]]:
+        """Available records already delivered `limits.delivery_attempt_limit` times (the
+        group's limit was lowered since): archived, never delivered again."""
+        spent = {
+            o: InFlight(RecordState.ARCHIVED, r.delivery_count)
+            for o, r in self.records.items()
+            if r.state == RecordState.AVAILABLE
+            and r.delivery_count >= limits.delivery_attempt_limit
+        }
+        if not spent:
+            return self, []
+        archived = [
+            Archived(o, r.delivery_count, ArchiveReason.DELIVERY_LIMIT) for o, r in spent.items()
+        ]
+        return replace(self, records={**self.records, **spent}).settled(), archived
+
     def release_member(
         self, member_id: str, *, limits: Limits
     ) -> tuple[SharePartition, list[Archived]]:
