@@ -55,7 +55,7 @@ class _Request:
 
 async def share_fetch(connection: Connection, request, version: int) -> dict:
     try:
-        parsed = await _parsed(connection, request.topics, request.forgotten_topics_data)
+        parsed = await _parsed(connection, request, request.forgotten_topics_data)
         plan = _plan(connection, request, parsed)
         acked = await _acknowledge_all(connection, request, parsed.acknowledgements)
         deliveries: dict[PartitionKey, Delivery | Exception] = {}
@@ -79,7 +79,7 @@ async def share_fetch(connection: Connection, request, version: int) -> dict:
 
 async def share_acknowledge(connection: Connection, request, version: int) -> dict:
     try:
-        parsed = await _parsed(connection, request.topics, ())
+        parsed = await _parsed(connection, request, ())
         if request.share_session_epoch == INITIAL_EPOCH:
             raise ShareSessionError(
                 ErrorCode.invalid_share_session_epoch,
@@ -110,11 +110,13 @@ async def share_acknowledge(connection: Connection, request, version: int) -> di
 # ---- the request ------------------------------------------------------------------------------
 
 
-async def _parsed(connection: Connection, topics, forgotten_topics) -> _Request:
+async def _parsed(connection: Connection, request, forgotten_topics) -> _Request:
     names = await names_by_id(connection)
+    # RENEW (KIP-1222) only from v2, in a request that says it renews
+    renews = bool(getattr(request, "is_renew_ack", False))
     acknowledgements: dict = {}
     fetched, unknown = [], {}
-    for topic in topics:
+    for topic in request.topics:
         if topic.topic_id not in names:
             unknown[topic.topic_id] = [p.partition_index for p in topic.partitions]
             continue
@@ -122,9 +124,13 @@ async def _parsed(connection: Connection, topics, forgotten_topics) -> _Request:
             key = (names[topic.topic_id], partition.partition_index)
             fetched.append(key)
             batches = partition.acknowledgement_batches
-            if batches:
+            if batches:  # a partition named twice: its batches together
+                earlier = acknowledgements.get(key, [])
                 try:
-                    acknowledgements[key] = _acknowledgements(batches)
+                    found = _acknowledgements(batches, renews=renews)
+                    acknowledgements[key] = (
+                        earlier if isinstance(earlier, InvalidRequest) else earlier + found
+                    )
                 except InvalidRequest as malformed:
                     acknowledgements[key] = malformed
     forgotten = [
@@ -136,7 +142,7 @@ async def _parsed(connection: Connection, topics, forgotten_topics) -> _Request:
     return _Request(acknowledgements, fetched, forgotten, unknown)
 
 
-def _acknowledgements(batches) -> list[tuple[int, AcknowledgeType]]:
+def _acknowledgements(batches, *, renews: bool) -> list[tuple[int, AcknowledgeType]]:
     """Offsets and types: one type for a whole batch, or one per offset. A partition never has
     more records in flight than `share.partition.max.record.locks` allows (at most
     ACKNOWLEDGED_MAX), so more offsets than that are malformed, not work to do."""
@@ -152,10 +158,12 @@ def _acknowledgements(batches) -> list[tuple[int, AcknowledgeType]]:
         types = list(batch.acknowledge_types)
         if len(types) == 1:
             types = types * len(offsets)
-        if not offsets or len(types) != len(offsets) or any(t not in range(5) for t in types):
+        kinds = range(5) if renews else range(4)
+        if not offsets or len(types) != len(offsets) or any(t not in kinds for t in types):
             raise InvalidRequest(
                 f"Acknowledgement batch {batch.first_offset}-{batch.last_offset} has "
-                f"{len(batch.acknowledge_types)} types: one, or one per offset (0 to 4)."
+                f"{len(batch.acknowledge_types)} types: one, or one per offset (0 to 3; 4, "
+                "RENEW, in a v2 request with is_renew_ack)."
             )
         acknowledgements += [(o, AcknowledgeType(t)) for o, t in zip(offsets, types, strict=True)]
     return acknowledgements
@@ -281,7 +289,7 @@ async def _answers(connection: Connection, acked: dict, deliveries: dict) -> lis
             continue  # nothing to say about this partition
         answer = _partition_answer(key, acked.get(key), fetch=True)
         if isinstance(delivery, Exception):
-            answer |= _error_fields(delivery, "")
+            answer |= _error_fields(delivery, "") | {"current_leader": _leader(delivery)}
         elif delivery is not None and delivery.acquired:
             topic = await connection.broker.topics.get(key[0])
             answer["records"] = encode_records(delivery.records, topic.config.compression_type)
