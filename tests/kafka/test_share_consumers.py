@@ -175,3 +175,28 @@ def test_kafka_share_groups_lists_describes_resets_and_deletes(
     assert http.get(f"{SHARE}/{group}").json()["partitions"] == []
     share_groups_tool(bootstrap, "--delete", "--group", group)
     assert group not in share_groups_tool(bootstrap, "--list").stdout.split()
+
+
+def test_kafka_console_share_consumer_reads_the_queue(bootstrap, http, topic_name):
+    """Kafka 4.2's kafka-console-share-consumer, as a new user would first try a queue."""
+    create_topic(http, topic_name)
+    group = f"console-{topic_name}"
+    earliest(http, group)
+    produce(http, topic_name, 3)
+    done = apache_kafka.tool(
+        "kafka-console-share-consumer",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic_name,
+        "--group",
+        group,
+        "--max-messages",
+        "3",
+        "--timeout-ms",
+        "30000",
+        libs=apache_kafka.share_client_jars(),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ['"v0"', '"v1"', '"v2"']
+    assert "Processed a total of 3 messages" in done.stderr

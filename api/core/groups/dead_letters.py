@@ -103,7 +103,10 @@ async def write_dead_letter(
     Raises:
         OffsetOutOfRange: the offset is not in the source partition.
         RecordNotFound: compaction removed the record.
+        InvalidGroupRequest: the dead letter topic is the source topic.
     """
+    if report.target_topic == report.source.topic:  # it would be delivered again
+        raise InvalidGroupRequest("The dead letter topic must differ from the source topic.")
     record = await _source_record(broker, report)
     if not copy_record:
         record = record | {"key": None, "value": None}
@@ -119,8 +122,6 @@ def _check(report: DeadLetterReport) -> None:
         raise InvalidGroupRequest(f"'attempts' is {report.attempts}: it counts from 1.")
     if report.offset < 0:
         raise InvalidGroupRequest(f"Offset {report.offset} is negative; offsets start at 0.")
-    if report.target_topic == report.source.topic:
-        raise InvalidGroupRequest("The dead letter topic must differ from the source topic.")
 
 
 async def _source_record(broker: Broker, report: DeadLetterReport) -> dict:

@@ -19,10 +19,11 @@ from api.core.errors import InvalidRequest
 from api.core.groups.errors import GroupNotFound, NonEmptyGroup
 from api.core.shares import serving
 from api.core.shares.membership import ShareGroupView
+from api.core.shares.share_partition import RecordState
 from storage_layout.cluster import routes
 from storage_layout.meta.share_states import ShareBatch, ShareState
 
-SETTLED = (2, 4)  # acknowledged, archived
+SETTLED = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,11 +194,6 @@ class ShareOwner:
             self._unsent.pop(key, None)  # not archived: an administrator moved past them
             await self._store(key, part)
 
-    async def describe(self, key: ShareKey, *, limits: Limits) -> SharePartition | None:
-        """The share partition as this node holds it (loaded from the table if need be)."""
-        async with self._lock(key):
-            return await self._loaded(key, limits)
-
     def held(self) -> list[tuple[ShareKey, SharePartition]]:
         """The share partitions in this node's memory (those it served since it took them),
         without I/O: the metrics read them."""

@@ -24,7 +24,7 @@ from api.core.broker import Broker
 from api.core.errors import InvalidRequest, NotLeader
 from api.core.group_configs import BY_DURATION, ShareSettings, duration_ms
 from api.core.groups.dead_letters import DeadLetterReport, write_dead_letter
-from api.core.groups.errors import RecordNotFound
+from api.core.groups.errors import InvalidGroupRequest, RecordNotFound
 from api.core.records import FetchRequest
 from api.core.shares.owner import LogRead, ShareKey
 from api.core.shares.share_partition import AcknowledgeType, Acquired, Archived
@@ -217,9 +217,6 @@ async def dead_letter_archived(broker: Broker, key: ShareKey, archived: list[Arc
     settings = await broker.group_configs.share_settings(key.group_id)
     if settings.dead_letter_topic is None:
         return
-    if settings.dead_letter_topic == key.topic:  # a copy there would be delivered again
-        log.warning("share group %s: its dead letter topic is %s itself", key.group_id, key.topic)
-        return
     for record in archived:
         report = DeadLetterReport(
             TopicPartition(key.topic, key.partition),
@@ -232,5 +229,5 @@ async def dead_letter_archived(broker: Broker, key: ShareKey, archived: list[Arc
             await write_dead_letter(
                 broker, report, group_id=key.group_id, copy_record=settings.copy_record
             )
-        except (TopicNotFound, OffsetOutOfRange, RecordNotFound) as gone:
+        except (TopicNotFound, OffsetOutOfRange, RecordNotFound, InvalidGroupRequest) as gone:
             log.warning("share group %s: no dead letter for %s: %s", key.group_id, report, gone)

@@ -28,7 +28,7 @@ from api.core.group_configs import ConfigEntry
 from api.core.groups.errors import GroupNotFound
 from api.core.shares import admin
 from api.core.shares.membership import ShareGroupView
-from api.core.shares.share_partition import AcknowledgeType
+from api.core.shares.share_partition import AcknowledgeType, RecordState
 from api.http import access, share_queue
 from api.http.deps import BrokerDep, base_url
 from api.http.errors import ApiError, error_body, status_for
@@ -46,7 +46,6 @@ DEFAULT_TIMEOUT_MS = 1_000
 TIMEOUT_MAX_MS = 30_000
 LOCK_MS_MIN, LOCK_MS_MAX = 1_000, 3_600_000
 _TYPES = {t.name.lower(): t for t in AcknowledgeType if t != AcknowledgeType.GAP}
-STATE_NAMES = {0: "available", 1: "acquired", 2: "acknowledged", 4: "archived"}
 
 
 def _bad(message: str) -> ApiError:
@@ -240,9 +239,9 @@ async def delete(cluster_id: str, group: str, request: Request, broker: BrokerDe
 def _counts(batches: tuple[ShareBatch, ...]) -> dict[str, int]:
     """Records in flight by state, as stored (an expired lock counts as acquired until the
     share partition next changes; its owner treats it as available)."""
-    counts = dict.fromkeys(STATE_NAMES.values(), 0)
+    counts = {state.name.lower(): 0 for state in RecordState}
     for batch in batches:
-        counts[STATE_NAMES[batch.state]] += batch.last_offset - batch.first_offset + 1
+        counts[RecordState(batch.state).name.lower()] += batch.last_offset - batch.first_offset + 1
     return counts
 
 
