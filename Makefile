@@ -73,6 +73,7 @@ chaos: install
 	$(BIN)/python -m chaos run T3g --seed $(CHAOS_SEED) --ops 3000 --duration-s 300
 	$(BIN)/python -m chaos run T4 --seed $(CHAOS_SEED) --ops 3000 --duration-s 300
 	$(BIN)/python -m chaos run TK --seed $(CHAOS_SEED) --ops 20000 --duration-s 300
+	$(BIN)/python -m chaos run SQ --seed $(CHAOS_SEED) --ops 2000 --duration-s 300
 	CHAOS_LONG=1 $(BIN)/pytest -q -p no:cacheprovider tests/reliability/test_fuzz.py
 	LAKELOG_MIRROR_MAKER_TEST=1 $(BIN)/pytest -q -p no:cacheprovider tests/kafka/test_kafka_applications.py -k mirror
 
