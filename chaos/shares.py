@@ -9,7 +9,9 @@ records whose value ends in 7 and accepts the others. The group's dead letter to
 what is archived after delivery.
 
 Each consumer logs every delivery (record, delivery count) and every acknowledgement's outcome
-as its client learned it: confirmed, refused, or unknown (the answer was lost). The checker
+as its client learned it: confirmed, refused (INVALID_RECORD_STATE, 409 40920), or unknown (the
+answer was lost, or an error such as a disconnect or a 503 that does not say whether the leader
+stored it before it died). The checker
 (`check_queue`) then proves:
 
 - never accepted twice: no record has two confirmed acceptances;
@@ -138,6 +140,9 @@ class QueueRun:
         faults = ", ".join(f"{k}={v}" for k, v in sorted(self.faults.items())) or "none"
         deliveries = sum(len(seen) for seen in self.log.deliveries.values())
         redelivered = sum(1 for seen in self.log.deliveries.values() if len(seen) > 1)
+        unknown = sum(
+            1 for acks in self.log.acknowledgements.values() for _, o in acks if o == "unknown"
+        )
         errors = ", ".join(f"{k}={v}" for k, v in sorted(self.http_errors.items())) or "none"
         return "\n".join(
             [
@@ -146,7 +151,8 @@ class QueueRun:
                 f"http consumer errors: {errors}",
                 f"inputs: {len(self.log.inputs)}, deliveries: {deliveries} "
                 f"({redelivered} records delivered more than once), "
-                f"dead letters: {len(self.log.dead_letters)}, deliveries by client: "
+                f"dead letters: {len(self.log.dead_letters)}, acknowledgements with an unknown "
+                f"outcome: {unknown}, deliveries by client: "
                 + ", ".join(f"{k}={v}" for k, v in sorted(self.log.by_client.items())),
                 self.report.text(),
             ]
@@ -238,12 +244,21 @@ class HttpConsumer(threading.Thread):
             results = answer.json().get("results", [])
         except (httpx.HTTPError, ValueError):
             results = []
-        outcomes = {
-            r["delivery_id"]: "ok" if r["error_code"] is None else "failed" for r in results
-        }
+        outcomes = {r["delivery_id"]: _outcome(r["error_code"]) for r in results}
         for delivery_id, (key, kind) in kinds.items():
             if kind != "release":
                 self.log.acknowledged(*key, kind, outcomes.get(delivery_id, "unknown"))
+
+
+# Refusals: the acknowledgement was not applied. Any other error (a 503 while the leader was
+# away) leaves the outcome unknown: the leader may have stored it and died before answering.
+REFUSED_CODES = (40920, 40408)
+
+
+def _outcome(error_code: int | None) -> str:
+    if error_code is None:
+        return "ok"
+    return "failed" if error_code in REFUSED_CODES else "unknown"
 
 
 def run_sq(

@@ -7,25 +7,13 @@ Long version: `python -m chaos run SQ --seed S --ops 2000 --duration-s 600` (REL
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 
 import pytest
 
 from chaos.shares import DELIVERY_LIMIT, QueueLog, check_queue, run_sq
 
-# Skipped in `make test` while an anomaly it found is open: in 1 of 4 full-suite runs
-# (2026-11-28, 5 kills and 4 pauses) it reported 4 records settled with no confirmed or
-# unknown acceptance and no dead letter: a loss, or the checker counting a Java commit whose
-# answer failed as refused. Issue 28 stays open for it; run it with LAKELOG_SQ_TEST=1.
-pytestmark = [
-    pytest.mark.gateway,
-    pytest.mark.skipif(
-        os.environ.get("LAKELOG_SQ_TEST") != "1",
-        reason="an open anomaly (issue 28): 4 records without a known acceptance in 1 of 4 "
-        "full-suite runs; runs with LAKELOG_SQ_TEST=1 and `python -m chaos run SQ`",
-    ),
-]
+pytestmark = pytest.mark.gateway
 
 
 @pytest.fixture(scope="module")
