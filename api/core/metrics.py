@@ -222,14 +222,15 @@ SHARE_ARCHIVED = Counter(
 
 class _StoreRequests(Collector):
     """`lakelog_store_requests`, from the storage layer's own counts (it knows no Prometheus).
-    Labels: `store` (s3, azure, gcs), `operation` (put_if_absent, put, get, head, list,
-    delete), `outcome` (ok, error)."""
+    Labels: `store` (s3, azure, gcs, local, local-exclusive-create), `operation`
+    (put_if_absent, put, get, head, list, delete), `outcome` (ok, error)."""
 
     def collect(self):
         family = CounterMetricFamily(
             "lakelog_store_requests",
             "Object-store requests of lakelog's own storage layer in this process (a listing "
-            "page, a batch of deletes; delta-rs I/O excluded; none on a local disk), by store, "
+            "page, a batch of deletes; delta-rs I/O excluded; on a local disk, calls of the "
+            "store), by store, "
             "operation and outcome (error: failed after the client's retries).",
             labels=["store", "operation", "outcome"],
         )

@@ -65,6 +65,13 @@ class Store(ABC):
     def put(self, path: str, data: bytes) -> None:
         """Write `path`, replacing any object there; readers see the old or the new whole."""
 
+    def put_new(self, path: str, data: bytes) -> None:
+        """Write an object under a fresh name that no reader looks for until a commit names
+        it (a data file's random name). A store may skip what makes `put` whole for readers
+        (a local disk's temporary file and rename): a crash can leave the object partial, and
+        unreferenced, as a lost commit leaves its file."""
+        self.put(path, data)
+
     @abstractmethod
     def get(self, path: str) -> bytes | None:
         """The bytes of `path`, or None if it does not exist."""

@@ -11,6 +11,7 @@ import uuid
 import pyarrow as pa
 
 from storage_layout.store.base import Store, StoredObject, holds
+from storage_layout.store.stats import counted
 
 # Temporary names of whole-object writes, published by link or rename. Listings skip them;
 # a crash between the write and the publish leaves one, trimmed by housekeeping.
@@ -38,16 +39,14 @@ class LocalStore(Store):
         return os.path.join(self.uri, path) if path else self.uri
 
     def _write_temporary(self, path: str, data: bytes) -> str:
-        full = self._full(path)
-        directory = os.path.dirname(full)
-        os.makedirs(directory, exist_ok=True)
+        directory = os.path.dirname(self._full(path))
         temporary = os.path.join(
             directory, f"{TEMPORARY_PREFIX}{uuid.uuid4().hex}{TEMPORARY_SUFFIX}"
         )
-        with open(temporary, "wb") as out:
-            out.write(data)
+        _write_creating_directory(temporary, data)
         return temporary
 
+    @counted("put_if_absent")
     def put_if_absent(self, path: str, data: bytes) -> bool:
         temporary = self._write_temporary(path, data)
         try:
@@ -59,10 +58,16 @@ class LocalStore(Store):
                 os.unlink(temporary)
         return True
 
+    @counted("put")
     def put(self, path: str, data: bytes) -> None:
         temporary = self._write_temporary(path, data)
         os.replace(temporary, self._full(path))
 
+    @counted("put")
+    def put_new(self, path: str, data: bytes) -> None:
+        _write_creating_directory(self._full(path), data)
+
+    @counted("get")
     def get(self, path: str) -> bytes | None:
         try:
             with open(self._full(path), "rb") as source:
@@ -70,6 +75,7 @@ class LocalStore(Store):
         except FileNotFoundError:
             return None
 
+    @counted("head")
     def exists(self, path: str) -> bool:
         return os.path.exists(self._full(path))
 
@@ -85,6 +91,7 @@ class LocalStore(Store):
     def list_prefixed(self, prefix: str, directory: str = "") -> list[StoredObject]:
         return self._listed(directory, lambda name: name.startswith(prefix))
 
+    @counted("list")
     def _listed(self, directory: str, wanted) -> list[StoredObject]:
         """The files in `directory` whose names are `wanted`, sorted; only those are
         stat'ed (a `_delta_log` keeping an hour of commits holds hundreds of thousands)."""
@@ -118,6 +125,7 @@ class LocalStore(Store):
                 found.append(StoredObject(entry.name, info.st_size, info.st_mtime_ns // 1_000_000))
         return found
 
+    @counted("delete")
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._full(path))
@@ -141,6 +149,7 @@ class ExclusiveCreateStore(LocalStore):
 
     kind = "local-exclusive-create"
 
+    @counted("put_if_absent")
     def put_if_absent(self, path: str, data: bytes) -> bool:
         full = self._full(path)
         os.makedirs(os.path.dirname(full), exist_ok=True)
@@ -154,6 +163,18 @@ class ExclusiveCreateStore(LocalStore):
         finally:
             os.close(descriptor)
         return True
+
+
+def _write_creating_directory(full: str, data: bytes) -> None:
+    """Create file `full` (it must not exist) holding `data`; its directory is made only when
+    missing (a check per write costs as much as the write on a small file)."""
+    try:
+        out = open(full, "xb")  # noqa: SIM115 - closed below, after the one retry
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        out = open(full, "xb")  # noqa: SIM115
+    with out:
+        out.write(data)
 
 
 def is_temporary(name: str) -> bool:

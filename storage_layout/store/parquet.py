@@ -9,12 +9,12 @@ from storage_layout.store.base import Store
 
 
 def write_parquet(store: Store, path: str, table: pa.Table, **options) -> int:
-    """Write `table` as a Parquet file at `path` (zstd unless `options`, pyarrow's
-    write_table arguments, say otherwise); its size in bytes."""
+    """Write `table` as a new Parquet file at `path`, a fresh name (Store.put_new; zstd
+    unless `options`, pyarrow's write_table arguments, say otherwise); its size in bytes."""
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, **({"compression": "zstd"} | options))
     data = sink.getvalue().to_pybytes()
-    store.put(path, data)
+    store.put_new(path, data)
     return len(data)
 
 

@@ -3,7 +3,9 @@ metrics (`lakelog_store_requests`). The storage layer knows nothing of Prometheu
 reads `request_counts()` at each scrape.
 
 A request is one request of lakelog's own `Store` (a page of a listing, a batch of up to 1,000
-deletes; obstore's retries inside one are not counted again). The Delta reads and writes that
+deletes; obstore's retries inside one are not counted again). On a local disk a request is one
+call of the store (a whole-file write, a listing of a directory): what bench/commit_cost.py
+counts per commit. The Delta reads and writes that
 go through delta-rs (Spark jobs, table loads for Spark) are not counted.
 
 Outcomes: "ok" (including "not found" answers and a conditional create that lost to an

@@ -73,6 +73,24 @@ def test_put_replaces_and_delete_forgets(any_store):
     assert not any_store.exists("nodes/1.json")
 
 
+def test_put_new_writes_a_fresh_name_in_a_new_directory(any_store):
+    any_store.put_new("segment=3/part-1.parquet", b"data")
+    assert any_store.get("segment=3/part-1.parquet") == b"data"
+    assert [o.name for o in any_store.list("segment=3")] == ["part-1.parquet"]
+    assert any_store.list_temporaries("segment=3") == []
+
+
+def test_put_new_on_a_local_disk_writes_in_place_and_never_over_a_file(tmp_path):
+    """No temporary and no rename (a data file's name is fresh): and so never over an
+    existing file, which a name collision would otherwise silently replace."""
+    local = LocalStore(str(tmp_path))
+    local.put_new("segment=0/part-1.parquet", b"first")
+    with pytest.raises(FileExistsError):
+        local.put_new("segment=0/part-1.parquet", b"second")
+    assert local.get("segment=0/part-1.parquet") == b"first"
+    assert sorted(p.name for p in (tmp_path / "segment=0").iterdir()) == ["part-1.parquet"]
+
+
 def test_list_is_one_level_sorted_and_empty_when_missing(any_store):
     for name in ("b", "a", "sub/c"):
         any_store.put(f"dir/{name}", name.encode())
