@@ -54,7 +54,8 @@ from storage_layout.meta.group_configs import GroupConfigStore
 from storage_layout.meta.share_states import ShareStates
 from storage_layout.meta.transaction_state import TransactionStateStore
 
-EXECUTOR_THREADS = 8
+LOCAL_IO_THREADS = 8
+OBJECT_STORE_IO_THREADS = 64
 SHARE_EXPIRY_INTERVAL_S = 1.0  # how often share group members' sessions are checked
 
 log = logging.getLogger("lakelog.node")
@@ -69,6 +70,14 @@ class FrontEnd(Protocol):
     async def close(self) -> None: ...
 
 
+def io_threads(settings: Settings) -> int:
+    """The storage threads (Settings.io_threads): as set, else by the kind of root."""
+    if settings.io_threads is not None:
+        return settings.io_threads
+    on_object_store = store.store_kind(settings.data_dir) is not None
+    return OBJECT_STORE_IO_THREADS if on_object_store else LOCAL_IO_THREADS
+
+
 class Node:
     """One node: its parts, started in order and closed in reverse, and its front-ends."""
 
@@ -76,7 +85,7 @@ class Node:
         self.settings = settings
         store.configure(settings.storage_options)
         self.root = paths.normalize_root(settings.data_dir)
-        self._executor = ThreadPoolExecutor(EXECUTOR_THREADS, thread_name_prefix="lakelog-io")
+        self._executor = ThreadPoolExecutor(io_threads(settings), thread_name_prefix="lakelog-io")
         self.security = SecurityState(settings)  # one for every front-end: keys, ACLs, quotas
         self.lag_history = LagHistory(
             interval_ms=settings.lag_sample_interval_ms,

@@ -25,7 +25,7 @@ lists the functions holding most of the busy samples, inclusive, and the top fra
 time (samples of a thread waiting, in a pool's queue or the event loop's poll, left out).
 
 Usage: .venv/bin/python bench/commit_cost.py [--seconds S] [--skip-kafka] [--cases C,C]
-           [--no-profile] [--profile-dir DIR] [--json PATH]
+           [--no-profile] [--profile-gil] [--profile-dir DIR] [--json PATH]
 A run takes about 3 minutes (--seconds 10). Exit code 1 if a run failed.
 """
 
@@ -114,12 +114,14 @@ def node_counters(url: str) -> NodeCounters:
 class Profile:
     """py-spy recording the node for one case, as collapsed stacks (one line per stack)."""
 
-    def __init__(self, pid: int, path: Path, rate_hz: int) -> None:
+    def __init__(self, pid: int, path: Path, rate_hz: int, *, gil_only: bool = False) -> None:
         self.path = path
         command = [
             str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
             "--rate", str(rate_hz), "--format", "raw", "--output", str(path), "--nonblocking",
         ]  # fmt: skip
+        if gil_only:  # only the thread holding the GIL: where Python's time goes
+            command.append("--gil")
         self.process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -310,7 +312,8 @@ def measured(args, gateway, case: str, run) -> Cost:
     before = node_counters(gateway.url)
     profile = None
     if args.profile:
-        profile = Profile(gateway.process.pid, args.profile_dir / f"{case}.txt", args.profile_rate)
+        path = args.profile_dir / f"{case}.txt"
+        profile = Profile(gateway.process.pid, path, args.profile_rate, gil_only=args.profile_gil)
     try:
         result = run()
     except Exception as error:
@@ -482,6 +485,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-profile", dest="profile", action="store_false")
     parser.add_argument("--profile-rate", type=int, default=PROFILE_RATE_HZ)
     parser.add_argument("--profile-dir", type=Path, default=None)
+    parser.add_argument(
+        "--profile-gil", action="store_true", help="sample only the thread holding the GIL"
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--tmp-dir", type=Path, default=None)
     return parser.parse_args(argv)

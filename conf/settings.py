@@ -20,6 +20,11 @@ class Settings(BaseSettings):
 
     # Storage: a local directory or an object-store URI (s3://, abfss://, /Volumes/...).
     data_dir: str = "./data"
+    # Threads for storage work (Delta commits, reads, store requests): unset, 8 on a local
+    # disk (the work is CPU: more threads only take turns) and 64 on an object store, where
+    # each thread mostly waits on a request (8 threads at ~40 ms a commit made at most ~200
+    # commits a second a node, however many partitions: bench/commit_requests.py).
+    io_threads: int | None = Field(default=None, ge=1, le=1024)
     # Storage options for what has no standard variable (credentials and endpoints come from
     # AWS_*, AZURE_STORAGE_*, GOOGLE_*): object_store keys such as {"aws_conditional_put":
     # "etag"}, and lakelog's own {"lakelog.local_commit": "exclusive-create"} (FUSE mounts).

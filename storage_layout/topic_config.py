@@ -96,6 +96,12 @@ class TopicConfig:
     # travel needs (versions older than this may go; Delta's delta.logRetentionDuration).
     # An hour keeps the directory small under continuous load (FORMAT.md §6b).
     delta_log_retention_ms: int = dataclasses.field(default=3_600_000, metadata={"min": 0})
+    # lakelog's own: the shortest time between two commits of one partition (0: each commit
+    # starts as soon as the previous one is done). Records that come sooner wait, at most this
+    # long, for the next commit, and are acknowledged after it: on an object store every
+    # commit is two requests (its data file and its log entry) however few records it holds.
+    # At most 10 s, well within a Kafka producer's request.timeout.ms (30 s).
+    delta_commit_interval_ms: int = dataclasses.field(default=0, metadata={"min": 0, "max": 10_000})
     # Confluent Server's: refuse keys/values without a valid schema id of the registry for
     # the subject the strategy names (README "Schemas").
     confluent_key_schema_validation: str = dataclasses.field(
@@ -166,6 +172,7 @@ BROKER_NAMES = {
     "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
     "compression.type": "compression.type",
     "delta.log.retention.ms": "delta.log.retention.ms",
+    "delta.commit.interval.ms": "delta.commit.interval.ms",
     **{
         f"confluent.{side}.{name}": f"confluent.{side}.{name}"
         for side in ("key", "value")
@@ -269,10 +276,10 @@ def _parse_value(field: dataclasses.Field, kafka_name: str, raw: object) -> obje
             choices = ", ".join(field.metadata["choices"])
             raise InvalidConfig(f"Invalid value '{raw}' for '{kafka_name}': use one of {choices}.")
         return value.replace(" ", "")
-    return _parse_int(kafka_name, raw, field.metadata["min"])
+    return _parse_int(kafka_name, raw, field.metadata["min"], field.metadata.get("max"))
 
 
-def _parse_int(kafka_name: str, raw: object, minimum: int) -> int:
+def _parse_int(kafka_name: str, raw: object, minimum: int, maximum: int | None = None) -> int:
     if isinstance(raw, bool):
         raw = "not-a-number"
     try:
@@ -281,6 +288,10 @@ def _parse_int(kafka_name: str, raw: object, minimum: int) -> int:
         raise InvalidConfig(
             f"Invalid value '{raw}' for '{kafka_name}': expected an integer >= {minimum}."
         ) from None
+    if maximum is not None and not minimum <= value <= maximum:
+        raise InvalidConfig(
+            f"Invalid value {value} for '{kafka_name}': it must be between {minimum} and {maximum}."
+        )
     if value < minimum or value > 2**63 - 1:
         raise InvalidConfig(
             f"Invalid value {value} for '{kafka_name}': it must be >= {minimum} "

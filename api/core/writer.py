@@ -156,6 +156,7 @@ class PartitionWriter:
         self._catch_up_asked_at = 0.0  # time.monotonic() of the last request
         self._last_arrival = 0.0  # time.monotonic() of the last submit
         self._arrival_gap_s = float("inf")  # between the last two submits
+        self._last_take = 0.0  # time.monotonic() when the last commit's batch was taken
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def append(
@@ -278,6 +279,7 @@ class PartitionWriter:
             if self._worth_lingering():
                 await asyncio.sleep(self._limits.linger_ms / 1000)
             while self._queue:
+                await self._wait_commit_interval()
                 if _plain(self._queue[0]):
                     await self._commit_plain_groups()
                 else:
@@ -298,6 +300,18 @@ class PartitionWriter:
         if not linger_s or self._closed or self._arrival_gap_s >= linger_s:
             return False
         return not self._worth_committing()
+
+    async def _wait_commit_interval(self) -> None:
+        """The topic's `delta.commit.interval.ms` spaces the partition's commits: a batch is
+        taken no sooner than that after the previous one, and what comes meanwhile joins it
+        (on an object store each commit is two requests, however few records it holds). A
+        quiet partition commits at once."""
+        interval_s = self._config().delta_commit_interval_ms / 1000
+        if not interval_s or self._closed:
+            return
+        pause_s = self._last_take + interval_s - time.monotonic()
+        if pause_s > 0:
+            await asyncio.sleep(pause_s)
 
     def _worth_committing(self) -> bool:
         """The queue holds LINGER_SKIP_BYTES or more."""
@@ -329,6 +343,7 @@ class PartitionWriter:
         committing: _Committing | None = None
         while True:
             if self._queue and _plain(self._queue[0]):
+                await self._wait_commit_interval()
                 batch = self._take_batch()
                 staged = await self._stage(batch, None if committing is None else committing.staged)
                 if committing is not None:
@@ -422,6 +437,7 @@ class PartitionWriter:
         metrics.record_commit(self.topic, records, sum(p.size_bytes for p in committed), seconds)
 
     def _take_batch(self) -> list[_Pending]:
+        self._last_take = time.monotonic()
         batch, records, size = [], 0, 0
         while self._queue:
             pending = self._queue[0]
