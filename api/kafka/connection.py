@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from api.core.broker import Broker
 from api.kafka.fetch_sessions import FetchSessions
@@ -40,6 +41,42 @@ def _nothing() -> None:
     pass
 
 
+PartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One produce batch's place in its partition's order on one connection."""
+
+    key: PartitionKey
+    previous: asyncio.Future | None  # done once the connection's earlier batch is queued
+    mine: asyncio.Future
+
+
+class PartitionTurns:
+    """A connection's produce batches are queued in order per partition, as a Kafka producer
+    needs, and only per partition: a later request's batch for another partition need not
+    wait. librdkafka sends one partition per request, so a partition's first produce (which
+    takes the partition: on an object store several requests) would otherwise hold up every
+    other partition's behind it on the connection."""
+
+    def __init__(self) -> None:
+        self._last: dict[PartitionKey, asyncio.Future] = {}
+
+    def take(self, key: PartitionKey) -> Turn:
+        mine = asyncio.get_running_loop().create_future()
+        turn = Turn(key, self._last.get(key), mine)
+        self._last[key] = mine
+        return turn
+
+    def done(self, turn: Turn) -> None:
+        """The batch is queued (or refused): the partition's next batch may go."""
+        if not turn.mine.done():
+            turn.mine.set_result(None)
+        if self._last.get(turn.key) is turn.mine:
+            del self._last[turn.key]
+
+
 @dataclass(slots=True)
 class Connection:
     """One client connection: the broker core it talks to and who it is."""
@@ -56,9 +93,12 @@ class Connection:
     sasl_mechanism: str | None = None
     sasl_exchange: object | None = None  # a SCRAM exchange between its two round trips
     close_after_answer: bool = False  # a failed SASL authentication: answer, then hang up
-    # Lets the connection start its next request: a produce calls it once its records are
-    # queued at their partitions (api/kafka/listener.py keeps a producer's batches in order).
+    # Let the connection start its next request (api/kafka/listener.py): a produce calls
+    # `reserve` once its batches hold their turns (the next produce may start) and `admit`
+    # once they are queued at their partitions (any request may start).
+    reserve: Callable[[], None] = _nothing
     admit: Callable[[], None] = _nothing
+    turns: PartitionTurns = field(default_factory=PartitionTurns)
 
     def permits(self, operation: str, resource_type: str, name: str) -> bool:
         """Kafka's ACL check of this connection's principal (always true with ACLs off)."""

@@ -5,7 +5,9 @@ Framing: a request is an int32 size and that many bytes; a size below 0 or above
 so does a frame that does not arrive within `kafka_frame_timeout_ms`. Requests of one
 connection are answered in order; unlike Kafka's broker, which mutes a connection until its
 response is sent, up to IN_FLIGHT_MAX of them run at once, so a client's pipelined produce
-requests join one Delta commit instead of waiting for one commit each. A request the node
+requests join one Delta commit instead of waiting for one commit each; a producer's batches keep
+their order per partition (a partition's first produce, which takes it, holds up only that
+partition's later batches). A request the node
 cannot parse, of an unknown API or an unsupported version, closes the connection (Kafka's
 behaviour), except ApiVersions, which answers UNSUPPORTED_VERSION with the supported ranges so
 the client can downgrade.
@@ -37,11 +39,20 @@ API_VERSIONS_KEY = 18
 SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY = 17, 36
 BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 PRODUCE_KEY = 0
-# Requests the next one must wait for: a produce until its records are queued (admitted by the
-# handler), SASL until it is done (the next request depends on who authenticated).
+# Requests the next one must wait for: a produce until its batches hold their partitions' turns
+# (the next produce) or are queued (anything else), SASL until it is done (the next request
+# depends on who authenticated).
 ORDERED_APIS = frozenset({PRODUCE_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 IN_FLIGHT_MAX = 32  # requests of one connection started and not yet answered
 _SIZE = struct.Struct(">i")
+
+
+def _api_key(frame: bytes) -> int | None:
+    """The request's API key (None when the frame is too short: its handling says why)."""
+    try:
+        return messages.peek_header(frame)[0]
+    except MalformedRequest:
+        return None
 
 
 class ProtocolViolation(Exception):
@@ -116,17 +127,23 @@ class KafkaListener:
 
     async def _read_requests(self, reader, connection: Connection, answers, sender) -> None:
         """Start each request as its frame arrives, without waiting for the answer before: a
-        client's pipelined produce requests then share one group commit. The next request
-        starts only once this one is admitted (a produce: its records are queued at their
-        partitions' writers), so a producer's batches keep their order."""
+        client's pipelined produce requests then share one group commit. A produce starts
+        once the produce before it has reserved its batches' turns (each partition's batches
+        keep their order: PartitionTurns); any other request once every request before it is
+        admitted (a produce: its records are queued at their partitions' writers)."""
+        unadmitted: list[asyncio.Event] = []
         while not sender.done():
             frame = await self._read_frame(reader)
             if frame is None:
                 return
-            admitted = asyncio.Event()
-            answer = asyncio.ensure_future(self._answer(connection, frame, admitted))
+            if _api_key(frame) != PRODUCE_KEY:
+                for event in unadmitted:
+                    await event.wait()
+            admitted, reserved = asyncio.Event(), asyncio.Event()
+            answer = asyncio.ensure_future(self._answer(connection, frame, admitted, reserved))
             await answers.put(answer)
-            await admitted.wait()
+            await reserved.wait()
+            unadmitted = [e for e in (*unadmitted, admitted) if not e.is_set()]
             if answer.done() and not answer.cancelled() and answer.exception() is not None:
                 return  # the sender reports it and closes the connection
 
@@ -170,17 +187,19 @@ class KafkaListener:
         )
 
     async def _answer(
-        self, connection: Connection, frame: bytes, admitted: asyncio.Event
+        self, connection: Connection, frame: bytes, admitted: asyncio.Event, reserved
     ) -> bytes | None:
-        """The response frame (None: none is sent); `admitted` is set at the latest when this
-        ends, however it ends, so the reader never waits on a request that failed early."""
+        """The response frame (None: none is sent); `admitted` and `reserved` are set at the
+        latest when this ends, however it ends, so the reader never waits on a request that
+        failed early."""
         try:
-            return await self._respond(connection, frame, admitted)
+            return await self._respond(connection, frame, admitted, reserved)
         finally:
+            reserved.set()
             admitted.set()
 
     async def _respond(
-        self, connection: Connection, frame: bytes, admitted: asyncio.Event
+        self, connection: Connection, frame: bytes, admitted: asyncio.Event, reserved
     ) -> bytes | None:
         try:
             api_key, version, correlation_id = messages.peek_header(frame)
@@ -207,9 +226,10 @@ class KafkaListener:
         except MalformedRequest as error:
             raise ProtocolViolation(str(error)) from None
         connection.client_id = header.client_id
-        if api_key in ORDERED_APIS:
-            connection.admit = admitted.set  # the handler admits the next request itself
-        else:
+        if api_key == PRODUCE_KEY:  # the handler lets the next request start itself
+            connection.reserve, connection.admit = reserved.set, admitted.set
+        elif api_key not in ORDERED_APIS:  # SASL: the next request waits until it is done
+            reserved.set()
             admitted.set()
         started = time.monotonic()
         body = await api.handler(connection, request, version)

@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from api.core.errors import InvalidRequest
 from api.core.records import OpenedBatch
 from api.kafka.codec import decode_batches
-from api.kafka.connection import Connection
+from api.kafka.connection import Connection, Turn
 from api.kafka.errors import error_code, error_message
 from storage_layout.producer_state import ProducerBatch
 from storage_layout.records import TopicPartition
@@ -31,15 +31,25 @@ TRANSACTIONS_V2_PRODUCE = 12  # the first Produce version that adds partitions i
 
 
 async def produce(connection: Connection, request, version: int) -> dict | None:
-    """Queue every partition's batch in request order, admit the connection's next request,
-    then wait for the commits (the next request's batches may join the same commit)."""
-    queued = []
+    """Queue every partition's batch after the connection's earlier batch for that partition,
+    admit the connection's next request, then wait for the commits (the next request's
+    batches may join the same commit)."""
+    # This request's own (the next request sets the connection's once this one reserves).
+    reserve, admit = connection.reserve, connection.admit
     implicit_txn = request.transactional_id if version >= TRANSACTIONS_V2_PRODUCE else None
-    for topic in request.topic_data:
-        for partition in topic.partition_data:
-            outcome = await _queue(connection, topic.name, partition, implicit_txn)
-            queued.append((topic.name, partition.index, outcome))
-    connection.admit()
+    slots = [(t.name, p) for t in request.topic_data for p in t.partition_data]
+    turns = [connection.turns.take((name, partition.index)) for name, partition in slots]
+    reserve()  # each batch holds its place: the next produce may start
+    queues = [
+        _queue_in_turn(connection, name, partition, implicit_txn, turn)
+        for (name, partition), turn in zip(slots, turns, strict=True)
+    ]
+    if implicit_txn is None:
+        outcomes = await asyncio.gather(*queues)
+    else:  # each batch adds its partition to the transaction: one at a time, in order
+        outcomes = [await queue for queue in queues]
+    queued = [(name, p.index, o) for (name, p), o in zip(slots, outcomes, strict=True)]
+    admit()
     if request.acks == ACKS_NONE:
         for _, _, outcome in queued:
             if isinstance(outcome, _Queued):
@@ -59,6 +69,17 @@ async def produce(connection: Connection, request, version: int) -> dict | None:
 class _Queued:
     pending: asyncio.Future  # resolves to the BatchAck once committed
     log_append_time: bool
+
+
+async def _queue_in_turn(
+    connection: Connection, topic_name: str, partition, implicit_txn: str | None, turn: Turn
+) -> _Queued | Exception:
+    try:
+        if turn.previous is not None:
+            await turn.previous
+        return await _queue(connection, topic_name, partition, implicit_txn)
+    finally:
+        connection.turns.done(turn)
 
 
 async def _queue(
