@@ -4,13 +4,12 @@ Framing: a request is an int32 size and that many bytes; a size below 0 or above
 `kafka_request_bytes_max` (Kafka's socket.request.max.bytes) closes the connection unread, and
 so does a frame that does not arrive within `kafka_frame_timeout_ms`. Requests of one
 connection are answered in order; unlike Kafka's broker, which mutes a connection until its
-response is sent, up to IN_FLIGHT_MAX of them run at once, so a client's pipelined produce
-requests join one Delta commit instead of waiting for one commit each; a producer's batches keep
-their order per partition (a partition's first produce, which takes it, holds up only that
-partition's later batches). A request the node
-cannot parse, of an unknown API or an unsupported version, closes the connection (Kafka's
-behaviour), except ApiVersions, which answers UNSUPPORTED_VERSION with the supported ranges so
-the client can downgrade.
+response is sent, many of them run at once (IN_FLIGHT_MAX, IN_FLIGHT_BYTES_MAX), so a client's
+pipelined produce requests join one Delta commit instead of waiting for one commit each; a
+producer's batches keep their order per partition (a partition's first produce, which takes it,
+holds up only that partition's later batches). A request the node cannot parse, of an unknown
+API or an unsupported version, closes the connection (Kafka's behaviour), except ApiVersions,
+which answers UNSUPPORTED_VERSION with the supported ranges so the client can downgrade.
 """
 
 from __future__ import annotations
@@ -43,8 +42,35 @@ PRODUCE_KEY = 0
 # (the next produce) or are queued (anything else), SASL until it is done (the next request
 # depends on who authenticated).
 ORDERED_APIS = frozenset({PRODUCE_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
-IN_FLIGHT_MAX = 32  # requests of one connection started and not yet answered
+# Requests of one connection started and not yet answered: at most this many, and this many
+# bytes of them (a larger request runs alone). Bytes, not a small count, bound the memory:
+# librdkafka sends one partition per request, and a topic's commit interval
+# (delta.commit.interval.ms) keeps each waiting, so a producer to many partitions needs many
+# small requests in flight (32 of them let 100 partitions at 2 records/s each through at half
+# that rate).
+IN_FLIGHT_MAX = 1024
+IN_FLIGHT_BYTES_MAX = 64 * 1024 * 1024
 _SIZE = struct.Struct(">i")
+
+
+class InFlightBytes:
+    """The bytes of a connection's requests started and not yet answered, bounded: a request
+    waits for room unless nothing is in flight."""
+
+    def __init__(self, bytes_max: int) -> None:
+        self._bytes_max = bytes_max
+        self._bytes = 0
+        self._released = asyncio.Event()
+
+    async def acquire(self, size: int) -> None:
+        while self._bytes and self._bytes + size > self._bytes_max:
+            self._released.clear()
+            await self._released.wait()
+        self._bytes += size
+
+    def release(self, size: int) -> None:
+        self._bytes -= size
+        self._released.set()
 
 
 def _api_key(frame: bytes) -> int | None:
@@ -132,6 +158,7 @@ class KafkaListener:
         keep their order: PartitionTurns); any other request once every request before it is
         admitted (a produce: its records are queued at their partitions' writers)."""
         unadmitted: list[asyncio.Event] = []
+        in_flight = InFlightBytes(IN_FLIGHT_BYTES_MAX)
         while not sender.done():
             frame = await self._read_frame(reader)
             if frame is None:
@@ -139,8 +166,10 @@ class KafkaListener:
             if _api_key(frame) != PRODUCE_KEY:
                 for event in unadmitted:
                     await event.wait()
+            await in_flight.acquire(len(frame))
             admitted, reserved = asyncio.Event(), asyncio.Event()
             answer = asyncio.ensure_future(self._answer(connection, frame, admitted, reserved))
+            answer.add_done_callback(lambda _, size=len(frame): in_flight.release(size))
             await answers.put(answer)
             await reserved.wait()
             unadmitted = [e for e in (*unadmitted, admitted) if not e.is_set()]
