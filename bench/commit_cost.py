@@ -55,6 +55,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import kafka_compare as kc  # noqa: E402
+from bench.object_store import create_topic  # noqa: E402
 from bench.produce_fetch import (  # noqa: E402
     CpuMeter,
     log,
@@ -265,11 +266,7 @@ async def _http_paced(url: str, topic: str, rate: int, seconds: float, connectio
 
 
 def bench_http(url: str, pid: int, topic: str, rate: int, seconds: float, connections: int):
-    httpx.post(
-        f"{url}/v3/clusters/lakelog/topics",
-        json={"topic_name": topic, "partitions_count": 1},
-        timeout=30,
-    ).raise_for_status()
+    create_topic(url, topic)
     asyncio.run(_http_paced(url, topic, 50, 1.0, 4))  # untimed: connections, partition open
     meter = CpuMeter(pid)
     latencies, failures, elapsed = asyncio.run(_http_paced(url, topic, rate, seconds, connections))

@@ -31,6 +31,7 @@ About 6 minutes (--quick about 2).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -48,9 +49,11 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.commit_cost import node_counters  # noqa: E402
 from bench.object_store import (  # noqa: E402
     MEMORY_BACKEND,
     MEMORY_ENV,
+    create_topic,
     diff_stats,
     requests_by_kind,
     start_proxy,
@@ -140,25 +143,6 @@ class Outcome:
 # ---- the node ----------------------------------------------------------------------------------
 
 
-def commits(url: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("lakelog_commit_seconds_count")
-    )
-
-
-def create_topic(url: str, topic: str, partitions: int, interval_ms: int) -> None:
-    body = {
-        "topic_name": topic,
-        "partitions_count": partitions,
-        "configs": [{"name": "delta.commit.interval.ms", "value": str(interval_ms)}],
-    }
-    answer = httpx.post(f"{url}/v3/clusters/lakelog/topics", json=body, timeout=300)
-    answer.raise_for_status()
-
-
 class Sender:
     """A librdkafka producer that notes each record's produce() -> delivery time."""
 
@@ -216,7 +200,7 @@ def paced(sender: Sender, topic: str, case: Case, seconds: float) -> int:
 
 
 def measure(gateway, proxy, name: str, partitions: int, action) -> Outcome:
-    before, commits_before = proxy.stats(), commits(gateway.url)
+    before, commits_before = proxy.stats(), node_counters(gateway.url).commits
     meter = CpuMeter(gateway.process.pid)
     started = time.monotonic()
     records = action()
@@ -224,7 +208,7 @@ def measure(gateway, proxy, name: str, partitions: int, action) -> Outcome:
     cpu = meter.stop()
     spent = diff_stats(proxy.stats(), before)
     return Outcome(
-        name, partitions, seconds, records, commits(gateway.url) - commits_before,
+        name, partitions, seconds, records, node_counters(gateway.url).commits - commits_before,
         dict(requests_by_kind(spent)), cpu["cpu_gateway_s"] or 0.0,
     )  # fmt: skip
 
@@ -253,7 +237,8 @@ def run(args, tmp: Path) -> tuple[list[Outcome], dict[str, float]]:
         cases = QUICK_CASES if args.quick else CASES
         for case in cases:
             topic = f"t{case.partitions}-{case.interval_ms}-{len(outcomes)}"
-            create_topic(gateway.url, topic, case.partitions, case.interval_ms)
+            interval = {"delta.commit.interval.ms": str(case.interval_ms)}
+            create_topic(gateway.url, topic, case.partitions, interval)
             opening = measure(
                 gateway, proxy, f"open {case.partitions}", case.partitions,
                 lambda c=case, t=topic: open_partitions(sender, t, c.partitions),
@@ -268,10 +253,11 @@ def run(args, tmp: Path) -> tuple[list[Outcome], dict[str, float]]:
                 lambda c=case, t=topic: paced(sender, t, c, args.seconds),
             )  # fmt: skip
             latencies = sorted(sender.latencies_ms)
-            outcome = Outcome(**{
-                **asdict(outcome), "latency_ms_p50": percentile(latencies, 50),
-                "latency_ms_p99": percentile(latencies, 99),
-            })  # fmt: skip
+            outcome = dataclasses.replace(
+                outcome,
+                latency_ms_p50=percentile(latencies, 50),
+                latency_ms_p99=percentile(latencies, 99),
+            )
             outcomes.append(outcome)
             log(f"  {describe(outcome)}")
         open_total = sum(c.partitions for c in cases)

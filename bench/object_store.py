@@ -510,8 +510,14 @@ def acked_raw(response: RawResponse) -> bool:
     return all(entry.get("error_code") is None for entry in orjson.loads(response.body)["offsets"])
 
 
-def create_topic(url: str, topic: str, partitions: int = 1) -> None:
-    body = {"topic_name": topic, "partitions_count": partitions}
+def create_topic(
+    url: str, topic: str, partitions: int = 1, configs: dict[str, str] | None = None
+) -> None:
+    body = {
+        "topic_name": topic,
+        "partitions_count": partitions,
+        "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
+    }
     response = httpx.post(f"{url}/v3/clusters/{CLUSTER}/topics", json=body, timeout=HTTP_TIMEOUT_S)
     if response.status_code != 201:
         raise RuntimeError(f"create topic {topic}: HTTP {response.status_code} {response.text}")

@@ -279,11 +279,10 @@ class PartitionWriter:
             if self._worth_lingering():
                 await asyncio.sleep(self._limits.linger_ms / 1000)
             while self._queue:
-                await self._wait_commit_interval()
                 if _plain(self._queue[0]):
                     await self._commit_plain_groups()
                 else:
-                    await self._commit(self._take_batch())
+                    await self._commit(await self._next_batch())
             if self._catch_up_requested:
                 await self._catch_up()
             await self._commit_merge_when_idle()
@@ -301,17 +300,17 @@ class PartitionWriter:
             return False
         return not self._worth_committing()
 
-    async def _wait_commit_interval(self) -> None:
-        """The topic's `delta.commit.interval.ms` spaces the partition's commits: a batch is
-        taken no sooner than that after the previous one, and what comes meanwhile joins it
-        (on an object store each commit is two requests, however few records it holds). A
-        quiet partition commits at once."""
+    async def _next_batch(self) -> list[_Pending]:
+        """The next commit's batch, taken no sooner than the topic's
+        `delta.commit.interval.ms` after the previous one: what comes meanwhile joins it (on
+        an object store each commit is two requests, however few records it holds). A quiet
+        partition commits at once."""
         interval_s = self._config().delta_commit_interval_ms / 1000
-        if not interval_s or self._closed:
-            return
         pause_s = self._last_take + interval_s - time.monotonic()
-        if pause_s > 0:
+        if interval_s and pause_s > 0 and not self._closed:
             await asyncio.sleep(pause_s)
+        self._last_take = time.monotonic()
+        return self._take_batch()
 
     def _worth_committing(self) -> bool:
         """The queue holds LINGER_SKIP_BYTES or more."""
@@ -343,8 +342,7 @@ class PartitionWriter:
         committing: _Committing | None = None
         while True:
             if self._queue and _plain(self._queue[0]):
-                await self._wait_commit_interval()
-                batch = self._take_batch()
+                batch = await self._next_batch()
                 staged = await self._stage(batch, None if committing is None else committing.staged)
                 if committing is not None:
                     retry = await committing.task
@@ -437,7 +435,6 @@ class PartitionWriter:
         metrics.record_commit(self.topic, records, sum(p.size_bytes for p in committed), seconds)
 
     def _take_batch(self) -> list[_Pending]:
-        self._last_take = time.monotonic()
         batch, records, size = [], 0, 0
         while self._queue:
             pending = self._queue[0]

@@ -121,6 +121,28 @@ def test_kafka_configs(bootstrap, topic_name):
     assert "InvalidConfigurationException: Invalid value 'abc' for 'retention.ms'" in bad.stderr
 
 
+def test_kafka_configs_sets_lakelogs_own_topic_configs(bootstrap, topic_name):
+    """kafka-topics --create --config checks names against Kafka's own list before sending
+    (README: set lakelog's with kafka-configs); kafka-configs sends them, and the node checks."""
+    server = ("--bootstrap-server", bootstrap)
+    refused = run(
+        "kafka-topics", *server, "--create", "--topic", topic_name,
+        "--config", "delta.commit.interval.ms=500", ok=False,
+    )  # fmt: skip
+    assert "Unknown topic config name: delta.commit.interval.ms" in refused.stdout + refused.stderr
+    run("kafka-topics", *server, "--create", "--topic", topic_name)
+    entity = ("--entity-type", "topics", "--entity-name", topic_name)
+    interval = ("--alter", "--add-config", "delta.commit.interval.ms=500")
+    run("kafka-configs", *server, *entity, *interval)
+    described = run("kafka-configs", *server, *entity, "--describe").stdout
+    assert "delta.commit.interval.ms=500 sensitive=false" in described
+    too_long = run(
+        "kafka-configs", *server, *entity, "--alter",
+        "--add-config", "delta.commit.interval.ms=20000", ok=False,
+    )  # fmt: skip
+    assert "it must be between 0 and 10000" in too_long.stderr
+
+
 def test_console_clients_and_consumer_groups(bootstrap, topic_name):
     server = ("--bootstrap-server", bootstrap)
     group = f"{topic_name}-group"

@@ -92,6 +92,18 @@ async def group_view(broker: Broker, group_id: str) -> ShareGroupView:
     return ShareGroupView(group_id)
 
 
+def known_group_view(broker: Broker, group_id: str) -> ShareGroupView:
+    """group_view of a group known to exist (from share_group_ids): no second listing.
+
+    Raises:
+        NotCoordinator: another node coordinates it.
+    """
+    try:
+        return broker.share_members.describe(group_id)
+    except GroupNotFound:
+        return ShareGroupView(group_id)
+
+
 def check_empty(broker: Broker, group_id: str) -> None:
     """Raises NonEmptyGroup: the share group has members (Kafka's GROUP_NOT_EMPTY)."""
     try:
@@ -105,7 +117,7 @@ def check_empty(broker: Broker, group_id: str) -> None:
         )
 
 
-async def target_offset(broker: Broker, topic: str, partition: int, to: str | int) -> int:
+async def _target_offset(broker: Broker, topic: str, partition: int, to: str | int) -> int:
     """Where a reset `to` earliest, latest or an offset puts a share partition: an offset is
     clamped to the partition's bounds, as Kafka's tools clamp consumer group resets.
 
@@ -124,27 +136,29 @@ async def target_offset(broker: Broker, topic: str, partition: int, to: str | in
     return min(max(int(to), bounds.log_start_offset), bounds.high_watermark)
 
 
-async def reset(broker: Broker, group_id: str, topic: str, partition: int, start: int | None):
-    """Start the group's share partition over at `start` (None: delete its state), at the
-    partition's leader; `start` is clamped to the partition's bounds.
+async def reset(
+    broker: Broker, group_id: str, topic: str, partition: int, to: str | int | None
+) -> int | None:
+    """Start the group's share partition over where `to` says (_target_offset; None: delete
+    its state), at the partition's leader; the start offset set.
 
     Raises:
         TopicNotFound, PartitionNotFound: no such partition.
-        InvalidRequest: a negative `start`.
+        InvalidRequest: a negative offset, or neither earliest nor latest.
         NotLeader: its leader could not be reached (retry).
     """
     key = await serving.share_key(broker, group_id, topic, partition)
-    if start is not None:
-        start = await target_offset(broker, topic, partition, start)
+    start = None if to is None else await _target_offset(broker, topic, partition, to)
     if start is not None:  # Kafka creates the share group if it did not exist
         await broker.group_configs.mark_share_group(group_id)
     url = await broker.partitions.remote_leader_url(topic, partition)
     if url is None:
         await serving.reset_here(broker, key, start)
-        return
+        return start
     body = {"group_id": group_id, "topic_id": key.topic_id, "start_offset": start}
     path = routes.share_path(routes.SHARE_RESET_PATH, topic, partition)
     await broker.peers.to_leader(url, None, topic, partition, path, body)
+    return start
 
 
 async def delete_group(broker: Broker, group_id: str) -> int:

@@ -222,8 +222,7 @@ async def reset_offsets(cluster_id: str, group: str, request: Request, broker: B
     results = []
     for topic in topics:
         for partition in range((await broker.topics.get(topic)).partitions):
-            start = await admin.target_offset(broker, topic, partition, to)
-            await admin.reset(broker, group, topic, partition, start)
+            start = await admin.reset(broker, group, topic, partition, to)
             results.append({"topic_name": topic, "partition_id": partition, "start_offset": start})
     return {"results": results}
 

@@ -361,9 +361,7 @@ async def _share_groups(connection: Connection, wanted_states: set[str]) -> list
             continue
         if not connection.permits("DESCRIBE", "group", group_id):
             continue
-        # the ids are known to exist: only the members decide the state (no second listing)
-        members = broker.share_members
-        state = "Stable" if group_id in members.local_groups() else "Empty"
+        state = share_admin.known_group_view(broker, group_id).state
         if wanted_states and state.lower() not in wanted_states:
             continue
         listed.append(
