@@ -16,7 +16,11 @@ from tests.conftest import BINARY_V2
 from tests.gateway_process import start_gateway
 from tests.integration.helpers import b64
 
-ENV = {"LAKELOG_LEASE_MS": "1500", "LAKELOG_HEARTBEAT_MS": "150"}
+# The gateway counts a node dead after LAKELOG_LEASE_MS without a renewal, and a job renews
+# every 500 ms (JOB_HEARTBEAT_MS): with 1.5 s, a loaded machine (the full suite on 2 cores)
+# once starved the job's heartbeat that long, the gateway took the partition back, and the
+# job's append was refused as deposed. Nothing here waits for a lease to expire.
+ENV = {"LAKELOG_LEASE_MS": "4000", "LAKELOG_HEARTBEAT_MS": "150"}
 
 
 @pytest.fixture
