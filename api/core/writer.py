@@ -46,7 +46,9 @@ log = logging.getLogger("lakelog.writer")
 FAULT_AFTER_COMMIT_BEFORE_ACK = "after_commit_before_ack"
 FAULT_EXIT_CODE = 75
 # Housekeeping runs after this many commits, and at most once per HOUSEKEEPING_INTERVAL_MS: at a
-# high commit rate each pass then merges one larger run instead of many passes of 32 files.
+# high commit rate each pass then merges one larger run instead of many passes of 32 files;
+# sooner only when half the in-memory tail was committed since the last pass (the merge then
+# still takes its files' records from memory instead of reading them back).
 HOUSEKEEPING_EVERY_COMMITS = 32
 HOUSEKEEPING_INTERVAL_MS = 1000
 # A group commit that loses the offset CAS to another writer (a Spark task appending directly)
@@ -576,10 +578,9 @@ class PartitionWriter:
         self._commits_since_housekeeping += 1
         running = self._housekeeping is not None and not self._housekeeping.done()
         since_ms = (time.monotonic() - self._housekeeping_started) * 1000
-        if (
-            self._commits_since_housekeeping < HOUSEKEEPING_EVERY_COMMITS
-            or since_ms < HOUSEKEEPING_INTERVAL_MS
-        ):
+        if self._commits_since_housekeeping < HOUSEKEEPING_EVERY_COMMITS:
+            return
+        if since_ms < HOUSEKEEPING_INTERVAL_MS and not self.log.housekeeping_overdue():
             return
         if running:
             return

@@ -211,6 +211,14 @@ class LogCommitter:
             tail=self._tail.extended(before.tail, data_file.min_offset, table),
         )
 
+    def tail_renewed_half_since(self, earlier: LogSnapshot) -> bool:
+        """Half the in-memory tail or more was committed after `earlier`."""
+        now = self.snapshot
+        return self._tail.renewed_half(
+            now.table_version - earlier.table_version,
+            now.high_watermark - earlier.high_watermark,
+        )
+
     def usable_merge(self) -> PreparedMerge | None:
         """The pending merge, if its files are all live (control runs carry none)."""
         return self.pending.usable(self.snapshot) if self.fenced else None

@@ -130,6 +130,7 @@ class DeltaPartitionLog:
         )
         self._held: Leadership | None = None  # leadership this writer asserts in every append
         self._housekeeper = Housekeeper(table_uri, self._store, log)
+        self._housekept: LogSnapshot | None = None  # the snapshot the last pass began from
         # Open and aborted transactions, extended to each new snapshot when a reader asks.
         self._transactions = TransactionIndex()
         # From the schema loaded (tables made since FORMAT.md §14 have them): appends of
@@ -548,8 +549,16 @@ class DeltaPartitionLog:
         if not self._fenced:
             return 0  # control runs: the table shows exactly what unfenced writers did
         snapshot = self._committer.snapshot
+        self._housekept = snapshot
         self._housekeeper.checkpoint_if_due(snapshot, history_ms)
         return self._pending.prepare(self._housekeeper, snapshot)
+
+    def housekeeping_overdue(self) -> bool:
+        """Half the in-memory tail or more was committed since the last housekeeping pass
+        began: a pass now merges small files from memory; later, it would read them back
+        from the store (a file a commit at a high commit rate)."""
+        earlier = self._housekept
+        return earlier is not None and self._committer.tail_renewed_half_since(earlier)
 
     @property
     def merge_pending(self) -> bool:

@@ -87,7 +87,8 @@ class LogSnapshot:
 
     @property
     def active_segment(self) -> int | None:
-        return max((f.segment for f in self.files), default=None)
+        # Files are in offset order and a segment starts at an offset: the last is the newest.
+        return self.files[-1].segment if self.files else None
 
     def tail_records(self) -> dict[int, pa.Table]:
         """The in-memory records of the tail's commits, by base offset. A file's records are
@@ -96,7 +97,16 @@ class LogSnapshot:
         return {chunk.base_offset: chunk.records for chunk in self.tail}
 
     def segment_files(self, segment: int) -> list[DataFile]:
-        return [f for f in self.files if f.segment == segment]
+        """The files of `segment`: a run of the files in offset order (searched from the
+        newest end, where the active segment is: an append asks on every commit)."""
+        files = self.files
+        end = len(files)
+        while end and files[end - 1].segment > segment:
+            end -= 1
+        start = end
+        while start and files[start - 1].segment == segment:
+            start -= 1
+        return list(files[start:end])
 
     @property
     def typed_types(self) -> Mapping[str, pa.DataType]:
@@ -137,12 +147,28 @@ class VisibleAfterReload(Exception):
 
 
 def in_memory(chunks: Mapping[int, pa.Table], data_file: DataFile) -> pa.Table | None:
-    """`data_file`'s records from the tail's chunks (LogSnapshot.tail_records), or None when
-    no chunk holds that whole file (a merged one, or one older than the tail)."""
+    """`data_file`'s records from the tail's chunks (LogSnapshot.tail_records): the chunk
+    at its first offset, or the consecutive chunks a merged file was made of; None when the
+    tail does not hold all of them (a file older than the tail), or the file's offsets have
+    gaps (a compacted file: not the commits' records). A chunk's offsets are dense, so the
+    chunks from the file's first offset to its last are its records."""
+    span = data_file.max_offset - data_file.min_offset + 1
     chunk = chunks.get(data_file.min_offset)
-    if chunk is not None and chunk.num_rows == data_file.num_records:
+    if chunk is None or span != data_file.num_records or chunk.num_rows > span:
+        return None
+    if chunk.num_rows == data_file.num_records:
         return chunk
-    return None
+    parts, rows = [chunk], chunk.num_rows
+    while rows < data_file.num_records:
+        chunk = chunks.get(data_file.min_offset + rows)
+        if chunk is None:
+            return None
+        parts.append(chunk)
+        rows += chunk.num_rows
+    schema = parts[0].schema
+    if rows != data_file.num_records or any(part.schema != schema for part in parts):
+        return None  # (chunks from before and after a typed column came: read the file)
+    return pa.concat_tables(parts)
 
 
 def snapshot_from_state(state: TableState, table_uri: str, fenced: bool = True) -> LogSnapshot:
@@ -276,6 +302,13 @@ class TailKeeper:
     def __init__(self, records_max: int) -> None:
         self._records_max = records_max
         self._known: tuple[tuple[TailChunk, ...], int] = ((), 0)  # (a tail, its rows)
+
+    def renewed_half(self, commits: int, records: int) -> bool:
+        """Whether `commits` commits of `records` records replaced half of the tail or more:
+        a small-file merge planned now still finds its files' records in memory."""
+        if self._records_max <= 0:
+            return False
+        return commits * 2 >= TAIL_COMMITS_MAX or records * 2 >= self._records_max
 
     def extended(
         self, tail: tuple[TailChunk, ...], base_offset: int, table: pa.Table

@@ -15,6 +15,7 @@ from deltalake import DeltaTable
 from api.core.writer import HOUSEKEEPING_EVERY_COMMITS, CommitLimits, PartitionWriter
 from storage_layout.errors import StorageUnavailable
 from storage_layout.log import MERGE_FILES_MIN, DeltaPartitionLog
+from storage_layout.log.snapshot import DataFile, in_memory
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig
 
@@ -247,3 +248,56 @@ def test_a_request_after_a_quiet_spell_is_not_held_by_the_linger(table_uri):
                 await writer.close()
 
     assert asyncio.run(main()).base_offset == 0
+
+
+def merged_run(log: DeltaPartitionLog, commits: int, first: int) -> None:
+    for index in range(first, first + commits):
+        log.append(one(f"v{index}"), config=CONFIG)
+    assert log.housekeeping() > 0
+    log.commit_pending_merge()
+
+
+def test_a_merge_takes_a_merged_files_records_from_the_tail(table_uri):
+    """Size tiers merge a merged file again; while the tail holds the commits it was made
+    of, the merge assembles its records from them instead of reading it back. Proved by
+    emptying the merged file on disk first: the next merge still writes every record."""
+    log = DeltaPartitionLog.open(table_uri)
+    merged_run(log, MERGE_FILES_MIN, 0)
+    merged = log.snapshot.files[0]
+    assert merged.num_records == MERGE_FILES_MIN
+    with open(f"{table_uri}/{merged.path}", "wb"):
+        pass  # its bytes are gone: a read of it would fail
+    merged_run(log, MERGE_FILES_MIN, MERGE_FILES_MIN)
+    files = log.snapshot.files
+    assert len(files) == 1 and files[0].num_records == 2 * MERGE_FILES_MIN
+    expected = [(i, f"v{i}".encode()) for i in range(2 * MERGE_FILES_MIN)]
+    assert stored(table_uri) == expected
+
+
+def test_a_compacted_file_is_never_taken_from_the_tail(table_uri):
+    """A file whose offsets have gaps (key compaction kept some records) is not the commits
+    that start at its first offset, whatever its record count."""
+    log = DeltaPartitionLog.open(table_uri)
+    for index in range(4):
+        log.append(one(f"v{index}"), config=CONFIG)
+    chunks = log.snapshot.tail_records()
+    whole = DataFile("x.parquet", 0, 0, 1, 2, 10, 0)
+    assert in_memory(chunks, whole).column("value").to_pylist() == [b"v0", b"v1"]
+    gapped = DataFile("y.parquet", 0, 0, 3, 2, 10, 0)  # offsets 0 and 3 kept
+    assert in_memory(chunks, gapped) is None
+    beyond = DataFile("z.parquet", 0, 2, 4, 3, 10, 0)  # offset 4 is not in the tail
+    assert in_memory(chunks, beyond) is None
+
+
+def test_housekeeping_is_overdue_once_half_the_tail_was_committed(tmp_path):
+    uri = str(tmp_path / "t" / "0")
+    DeltaPartitionLog.create(uri)
+    log = DeltaPartitionLog.open(uri, tail_records_max=10)
+    assert not log.housekeeping_overdue()  # no pass yet: the writer's own count decides
+    log.housekeeping()
+    log.append([NewRecord(None, b"x")] * 4, config=CONFIG)
+    assert not log.housekeeping_overdue()
+    log.append([NewRecord(None, b"x")] * 1, config=CONFIG)
+    assert log.housekeeping_overdue()  # 5 of a 10-record tail
+    log.housekeeping()
+    assert not log.housekeeping_overdue()
