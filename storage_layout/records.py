@@ -45,6 +45,9 @@ class RecordColumns:
     # The codec each record's Kafka batch was compressed with (int8, FORMAT.md §18), one per
     # record; None when none was.
     compression: pa.Array | None = None
+    # False only when the decoder saw that no key or value starts with Confluent's wire-format
+    # prefix and no record has headers: then none can name a registered schema.
+    may_name_schemas: bool = True
 
     def __len__(self) -> int:
         return self.table.num_rows

@@ -23,7 +23,7 @@ def decode_records(body, count: int, base_timestamp_ms: int) -> RecordColumns:
     Raises:
         ValueError: a record is malformed (the message says how).
     """
-    size_bytes, timestamps, keys, values, headers = lakelog_native.decode_records(
+    size_bytes, timestamps, keys, values, headers, prefixed = lakelog_native.decode_records(
         body, count, base_timestamp_ms
     )
     columns = [
@@ -32,7 +32,11 @@ def decode_records(body, count: int, base_timestamp_ms: int) -> RecordColumns:
         _binary(pa.binary(), count, values),
         _headers(count, headers),
     ]
-    return RecordColumns(pa.Table.from_arrays(columns, schema=NEW_RECORDS_SCHEMA), size_bytes)
+    table = pa.Table.from_arrays(columns, schema=NEW_RECORDS_SCHEMA)
+    # A schema is named by a wire-format prefix or a header: with neither, typed columns
+    # and schema lookups are skipped (TypedRecords.attach).
+    may_name_schemas = prefixed or columns[3].null_count < count
+    return RecordColumns(table, size_bytes, may_name_schemas=may_name_schemas)
 
 
 def encode_records(records: pa.Table, start: int, stop: int) -> tuple[bytes, int, int, int, int]:

@@ -24,6 +24,16 @@ pub struct DecodedRecords {
     pub header_values: BinaryColumn,
     /// Key, value, header key and header value bytes, as Kafka counts a batch's size.
     pub size_bytes: u64,
+    /// Whether a key or value starts as Confluent's wire format does (a zero byte and a
+    /// 4-byte schema id): only then can a record without headers name a registered schema.
+    pub schema_prefixed: bool,
+}
+
+/// Confluent's wire-format prefix: the magic byte 0 and a 4-byte schema id.
+const SCHEMA_PREFIX_BYTES: usize = 5;
+
+fn schema_prefixed(bytes: Option<&[u8]>) -> bool {
+    matches!(bytes, Some(b) if b.len() >= SCHEMA_PREFIX_BYTES && b[0] == 0)
 }
 
 pub fn decode(data: &[u8], count: usize, base_timestamp_ms: i64) -> Result<DecodedRecords, String> {
@@ -37,6 +47,7 @@ pub fn decode(data: &[u8], count: usize, base_timestamp_ms: i64) -> Result<Decod
         header_keys: BinaryColumn::with_capacity(0, 0),
         header_values: BinaryColumn::with_capacity(0, 0),
         size_bytes: 0,
+        schema_prefixed: false,
     };
     let mut position = 0usize;
     for _ in 0..count {
@@ -76,6 +87,7 @@ fn decode_record(
     out.size_bytes += out.keys.push(key) as u64;
     let value = read_bytes(record, &mut position)?;
     out.size_bytes += out.values.push(value) as u64;
+    out.schema_prefixed |= schema_prefixed(key) || schema_prefixed(value);
     let header_count = read_varint(record, &mut position)?;
     if header_count < 0 {
         return Err(format!("record header count {header_count} is negative"));

@@ -24,9 +24,10 @@ const _: () = assert!(cfg!(target_endian = "little"));
 
 /// Decode `count` records of a (decompressed) records section.
 ///
-/// Returns (size_bytes, timestamps_ms, keys, values, headers): timestamps as int64 bytes;
-/// keys and values as (offsets, data, validity or None, null_count); headers as
-/// (list_offsets, list_validity or None, list_null_count, header_keys, header_values).
+/// Returns (size_bytes, timestamps_ms, keys, values, headers, schema_prefixed): timestamps as
+/// int64 bytes; keys and values as (offsets, data, validity or None, null_count); headers as
+/// (list_offsets, list_validity or None, list_null_count, header_keys, header_values);
+/// schema_prefixed whether a key or value starts with Confluent's wire-format prefix.
 #[pyfunction]
 fn decode_records<'py>(
     py: Python<'py>,
@@ -50,6 +51,7 @@ fn decode_records<'py>(
         binary_tuple(py, &decoded.keys)?,
         binary_tuple(py, &decoded.values)?,
         headers,
+        decoded.schema_prefixed,
     )
         .into_pyobject(py)
 }

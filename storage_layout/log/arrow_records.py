@@ -123,7 +123,8 @@ def compressed_with(records: Records, codec_id: int) -> RecordColumns:
     table = new_records_table(records)
     codec = pc.fill_null(pa.nulls(table.num_rows, pa.int8()), pa.scalar(codec_id, pa.int8()))
     typed = records.typed if isinstance(records, RecordColumns) else None
-    return RecordColumns(table, records_size_bytes(records), typed, codec)
+    may_name = records.may_name_schemas if isinstance(records, RecordColumns) else True
+    return RecordColumns(table, records_size_bytes(records), typed, codec, may_name)
 
 
 def compression_of(records: Records) -> pa.Array:

@@ -151,3 +151,20 @@ def test_encoded_batches_decode_to_the_fetched_records():
     decoded = [record for batch in batches for record in batch.records.to_records()]
     assert [r.key for r in decoded] == table.column("key").to_pylist()
     assert [r.value for r in decoded] == table.column("value").to_pylist()
+
+
+@pytest.mark.parametrize(
+    ("records", "may_name"),
+    [
+        ([NewRecord(b"k", b"plain"), NewRecord(None, b"\x00abc")], False),  # too short for an id
+        ([NewRecord(b"k", b"plain"), NewRecord(None, b"\x00\x00\x00\x00\x07avro")], True),
+        ([NewRecord(b"\x00\x00\x00\x00\x07k", b"plain")], True),
+        ([NewRecord(b"k", b"plain", headers=(("trace", b"1"),))], True),  # a header may name one
+        ([NewRecord(None, None)], False),
+    ],
+)
+def test_the_decoder_says_whether_a_record_may_name_a_schema(records, may_name):
+    """Typed columns are looked for only in batches where a key or value starts with the
+    wire-format prefix or a record has headers (TypedRecords.attach skips the others)."""
+    decoded = native_codec.decode_records(records_section(records), len(records), 0)
+    assert decoded.may_name_schemas is may_name

@@ -89,7 +89,7 @@ class TypedRecords:
         Raises:
             RecordSchemaInvalid: the topic validates, and a record fails (the first, by index).
         """
-        if not isinstance(records, RecordColumns) and not _may_name_schemas(records, config):
+        if not _may_name_schemas(records, config):
             return records
         table = new_records_table(records)
         typed: dict[str, pa.Array] = {}
@@ -321,11 +321,13 @@ def _payload_refusal(found: _Schema, codec: TypedCodec | None, data: bytes) -> s
     return None
 
 
-def _may_name_schemas(records, config: TopicConfig) -> bool:
-    """Whether any record object may name a schema (or the topic validates): checked before
-    building columns of them."""
+def _may_name_schemas(records: Records, config: TopicConfig) -> bool:
+    """Whether any record may name a schema (or the topic validates): checked before
+    building columns of record objects, or looking at decoded columns."""
     if config.validates_schema(is_key=True) or config.validates_schema(is_key=False):
         return True
+    if isinstance(records, RecordColumns):
+        return records.may_name_schemas
     for record in records:
         for data in (record.key, record.value):
             if data is not None and len(data) >= 5 and data[0] == 0:
