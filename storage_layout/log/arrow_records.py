@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -237,7 +238,16 @@ def with_added_columns(table: pa.Table) -> pa.Table:
     return table
 
 
-def file_stats(table: pa.Table) -> str:
+@dataclass(frozen=True, slots=True)
+class FileStats:
+    """A data file's Delta statistics (the add action's `stats`), and its largest timestamp
+    as they state it (DataFile.max_timestamp_ms)."""
+
+    stats: str
+    max_timestamp_ms: int
+
+
+def file_stats(table: pa.Table) -> FileStats:
     """Delta file statistics: offsets exact; timestamps widened to whole milliseconds (Delta
     stores millisecond precision, and a truncated maximum would let readers skip a file)."""
     offsets = table.column("offset")
@@ -262,7 +272,7 @@ def file_stats(table: pa.Table) -> str:
         id_bounds = pc.min_max(producer_ids)
         stats["minValues"]["producer_id"] = id_bounds["min"].as_py()
         stats["maxValues"]["producer_id"] = id_bounds["max"].as_py()
-    return json.dumps(stats, separators=(",", ":"))
+    return FileStats(json.dumps(stats, separators=(",", ":")), max_ms)
 
 
 def _iso_ms(epoch_ms: int) -> str:

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from storage_layout.errors import StorageUnavailable
 from storage_layout.log import log_commit
@@ -71,7 +70,7 @@ def write_data_file(
     except OSError as error:
         raise StorageUnavailable(f"Cannot write {store.uri}/{relative}: {error}") from error
     offsets = table.column("offset")
-    max_micros = pc.max(table.column("timestamp").cast(pa.int64())).as_py()
+    stats = file_stats(table)
     data_file = DataFile(
         relative,
         segment,
@@ -81,11 +80,11 @@ def write_data_file(
         size,
         now_ms,
         table.column("producer_id").null_count < table.num_rows,
-        -(-max_micros // 1000),  # ceiled, as in the file's statistics (file_stats)
+        stats.max_timestamp_ms,
         table.column("transactional").null_count < table.num_rows,
     )
     add = log_commit.add_action(
-        relative, segment, size, now_ms, file_stats(table), data_change=data_change
+        relative, segment, size, now_ms, stats.stats, data_change=data_change
     )
     return WrittenFile(data_file, add)
 

@@ -297,11 +297,15 @@ def _files(records: list[int], segment: int = 0, first_offset: int = 0) -> tuple
 
 
 def test_compaction_is_size_tiered():
-    """A merged file is merged again only once the files after it hold more records, so
-    records are not rewritten on every pass; runs never cross segments or large files."""
+    """A merged file is merged again only once the files after it hold MERGE_TIER_FACTOR
+    times its records, so records are not rewritten on every pass; runs never cross segments
+    or large files."""
     run = housekeeping.small_file_run(_files([1000] + [1] * MERGE_FILES_MIN))
     assert [f.path for f in run] == [f"f{i}" for i in range(1, MERGE_FILES_MIN + 1)]
-    outweighed = _files([1000] + [40] * MERGE_FILES_MIN)
+    factor = housekeeping.MERGE_TIER_FACTOR
+    not_yet = _files([MERGE_FILES_MIN + 1] + [factor] * MERGE_FILES_MIN)
+    assert housekeeping.small_file_run(not_yet)[0].path == "f1"
+    outweighed = _files([MERGE_FILES_MIN] + [factor] * MERGE_FILES_MIN)
     assert housekeeping.small_file_run(outweighed)[0].path == "f0"
     split = _files([1] * 20, segment=0) + _files([1] * 20, segment=1, first_offset=20)
     assert housekeeping.small_file_run(split) == []

@@ -15,6 +15,7 @@ from deltalake import DeltaTable
 from api.core.writer import HOUSEKEEPING_EVERY_COMMITS, CommitLimits, PartitionWriter
 from storage_layout.errors import StorageUnavailable
 from storage_layout.log import MERGE_FILES_MIN, DeltaPartitionLog
+from storage_layout.log.housekeeping import MERGE_TIER_FACTOR
 from storage_layout.log.snapshot import DataFile, in_memory
 from storage_layout.records import NewRecord
 from storage_layout.topic_config import TopicConfig
@@ -267,10 +268,11 @@ def test_a_merge_takes_a_merged_files_records_from_the_tail(table_uri):
     assert merged.num_records == MERGE_FILES_MIN
     with open(f"{table_uri}/{merged.path}", "wb"):
         pass  # its bytes are gone: a read of it would fail
-    merged_run(log, MERGE_FILES_MIN, MERGE_FILES_MIN)
+    after = MERGE_FILES_MIN * MERGE_TIER_FACTOR  # what it takes to merge it again
+    merged_run(log, after, MERGE_FILES_MIN)
     files = log.snapshot.files
-    assert len(files) == 1 and files[0].num_records == 2 * MERGE_FILES_MIN
-    expected = [(i, f"v{i}".encode()) for i in range(2 * MERGE_FILES_MIN)]
+    assert len(files) == 1 and files[0].num_records == MERGE_FILES_MIN + after
+    expected = [(i, f"v{i}".encode()) for i in range(MERGE_FILES_MIN + after)]
     assert stored(table_uri) == expected
 
 
