@@ -14,6 +14,7 @@ mod avro;
 mod columns;
 mod decode;
 mod encode;
+mod parquet_file;
 mod varint;
 
 use columns::{BinaryColumn, BinaryView};
@@ -194,5 +195,6 @@ fn lakelog_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(decode_records, module)?)?;
     module.add_function(wrap_pyfunction!(encode_records, module)?)?;
     module.add_function(wrap_pyfunction!(avro::decode_avro, module)?)?;
+    module.add_function(wrap_pyfunction!(parquet_file::write_parquet, module)?)?;
     Ok(())
 }

@@ -33,6 +33,10 @@ _DICTIONARY_COLUMNS = (
 # Parquet statistics for what readers filter row groups on; Delta's own file statistics
 # (file_stats) serve data skipping and the producer scan.
 _STATISTICS_COLUMNS = ("offset", "timestamp")
+# An append's file is encoded by lakelog's Rust writer (store.write_parquet `native`) up to
+# this many records, when it has only FILE_SCHEMA's columns (typed columns: pyarrow, which
+# every type of a registered schema has been tested with); above, pyarrow is as fast.
+NATIVE_RECORDS_MAX = 8_192
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,7 @@ def write_data_file(
             compression=codec,
             use_dictionary=list(_DICTIONARY_COLUMNS),
             write_statistics=list(_STATISTICS_COLUMNS),
+            native=_native(table, codec),
         )
     except OSError as error:
         raise StorageUnavailable(f"Cannot write {store.uri}/{relative}: {error}") from error
@@ -87,6 +92,14 @@ def write_data_file(
         relative, segment, size, now_ms, stats.stats, data_change=data_change
     )
     return WrittenFile(data_file, add)
+
+
+def _native(table: pa.Table, codec: str) -> bool:
+    return (
+        codec == APPEND_CODEC
+        and table.num_rows <= NATIVE_RECORDS_MAX
+        and table.schema == FILE_SCHEMA
+    )
 
 
 def read_columns(store: Store, data_file: DataFile, columns: list[str]) -> pa.Table:
