@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage_layout.log import log_commit
@@ -122,12 +124,20 @@ def checkpoint_name(version: int) -> str:
     return f"{version:020d}.checkpoint.parquet"
 
 
-def write_checkpoint(
-    log: Store, state: TableState, now_ms: int | None = None
-) -> tuple[int, tuple[str, ...]]:
+@dataclass(frozen=True, slots=True)
+class WrittenCheckpoint:
+    """A checkpoint just written: its version and file names (`TableState.checkpointed`) and
+    its rows (actions: mostly tombstones at a high commit rate, which the next one carries)."""
+
+    version: int
+    names: tuple[str, ...]
+    rows: int
+
+
+def write_checkpoint(log: Store, state: TableState, now_ms: int | None = None) -> WrittenCheckpoint:
     """Write the checkpoint of `state` (at `state.version`) and point `_last_checkpoint` at it.
     The tombstones not in memory are carried over from the checkpoint `state` is based on (one
-    read). Returns the checkpoint as (version, file names), for `TableState.checkpointed`.
+    read).
 
     Raises:
         OSError: the store failed; UnreadableLog: the base checkpoint could not be read.
@@ -150,7 +160,7 @@ def write_checkpoint(
         "numOfAddFiles": len(state.adds),
     }
     log.put(log_commit.LAST_CHECKPOINT, json.dumps(pointer).encode())
-    return state.version, (name,)
+    return WrittenCheckpoint(state.version, (name,), table.num_rows)
 
 
 def checkpoint_table(state: TableState, cutoff_ms: int = 0) -> pa.Table:
@@ -193,13 +203,7 @@ def _carried_tombstones(log: Store, state: TableState, cutoff_ms: int) -> pa.Tab
         removes = removes.filter(removes.is_valid())
         if not len(removes):
             continue
-        deleted = removes.field("deletionTimestamp").fill_null(0)
-        paths = removes.field("path").to_pylist()
-        kept = [
-            deleted_ms >= cutoff_ms and file_path({"path": path}) not in superseded
-            for deleted_ms, path in zip(deleted.to_pylist(), paths, strict=True)
-        ]
-        pieces.append(_conformed(removes.filter(pa.array(kept))))
+        pieces.append(_conformed(removes.filter(_still_counting(removes, superseded, cutoff_ms))))
     if not pieces:
         return _CHECKPOINT_SCHEMA.empty_table()
     removes = pa.concat_arrays(pieces)
@@ -210,6 +214,27 @@ def _carried_tombstones(log: Store, state: TableState, cutoff_ms: int) -> pa.Tab
         ],
         schema=_CHECKPOINT_SCHEMA,
     )
+
+
+def _still_counting(removes: pa.StructArray, superseded: set[str], cutoff_ms: int) -> pa.Array:
+    """Which of a checkpoint's tombstones to carry: deleted at or after `cutoff_ms` and not
+    `superseded`. Vectorized: a checkpoint carries every tombstone of the last week, one per
+    small file a merge replaced (hundreds of thousands at a high commit rate)."""
+    young = pc.greater_equal(removes.field("deletionTimestamp").fill_null(0), cutoff_ms)
+    paths = _decoded(removes.field("path"))
+    fresh = pc.invert(pc.is_in(paths, value_set=pa.array(list(superseded), pa.string())))
+    return pc.and_(young, pc.fill_null(fresh, True))
+
+
+def _decoded(paths: pa.Array) -> pa.Array:
+    """Tombstone paths as relative paths (the log URI-encodes them: file_path). The writers'
+    own only encode `=` (segment=N/...), decoded at once; anything else path by path."""
+    escapes = pc.sum(pc.count_substring(paths, "%")).as_py() or 0
+    if escapes == 0:
+        return paths
+    if escapes == (pc.sum(pc.count_substring(paths, "%3D")).as_py() or 0):
+        return pc.replace_substring(paths, "%3D", "=")
+    return pa.array([file_path({"path": p}) for p in paths.to_pylist()], pa.string())
 
 
 def _conformed(removes: pa.StructArray) -> pa.StructArray:

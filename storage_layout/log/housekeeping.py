@@ -27,6 +27,12 @@ from storage_layout.log.tables import TABLE_CONFIGURATION
 from storage_layout.store import Store
 
 CHECKPOINT_INTERVAL = int(TABLE_CONFIGURATION["delta.checkpointInterval"])
+# A checkpoint carries every tombstone of the last week (Delta's deletedFileRetentionDuration,
+# which lite vacuum needs): at a high commit rate one per small file merged, so its cost grows
+# with the partition's recent history. The next one is due after CHECKPOINT_INTERVAL versions,
+# or one version per this many rows of the last one if that is longer: the checkpoints' cost
+# per commit stays bounded (~0.05 ms), and a reader replays at most rows / this many commits.
+CHECKPOINT_ROWS_PER_VERSION = 50
 # Log files older than the previous checkpoint are kept this long for readers that pinned a
 # version (a Spark batch read plans on one); then they go.
 LOG_GRACE_MS = 10_000
@@ -68,6 +74,7 @@ class Housekeeper:
         self._checkpointed_version = 0
         self._checkpoints: list[tuple[int, int]] = []  # (version, written ms) written here
         self._trimmed_below = 0  # log entries below this version are gone
+        self._checkpoint_rows = 0  # the actions in the last checkpoint written here
         # The last checkpoint written, (version, file names): the writer drops the tombstones
         # it holds (TableState.checkpointed). Replaced whole, so another thread may read it.
         self.written: tuple[int, tuple[str, ...]] | None = None
@@ -81,7 +88,8 @@ class Housekeeper:
 
     def checkpoint_state_if_due(self, state: TableState, history_ms: int = 0) -> None:
         """checkpoint_if_due for a table's state (the `_meta` tables keep no snapshot)."""
-        if state.version - self._checkpointed_version < CHECKPOINT_INTERVAL:
+        due_after = max(CHECKPOINT_INTERVAL, self._checkpoint_rows // CHECKPOINT_ROWS_PER_VERSION)
+        if state.version - self._checkpointed_version < due_after:
             return
         try:
             self._checkpoint_and_trim(state, history_ms)
@@ -156,7 +164,9 @@ class Housekeeper:
         version = state.version
         if self.written is not None:  # the writer may not have rebased on it yet
             state = state.checkpointed(*self.written)
-        self.written = write_checkpoint(self._log, state)
+        written = write_checkpoint(self._log, state)
+        self.written = (written.version, written.names)
+        self._checkpoint_rows = written.rows
         self._checkpoints.append((version, int(time.time() * 1000)))
         previous, self._checkpointed_version = self._checkpointed_version, version
         if previous > 0:

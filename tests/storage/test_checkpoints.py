@@ -13,7 +13,14 @@ import pytest
 from deltalake import DeltaTable
 
 from storage_layout.errors import CorruptPartition
-from storage_layout.log import MERGE_FILES_MIN, DeltaPartitionLog, log_commit, vacuum_table
+from storage_layout.log import (
+    MERGE_FILES_MIN,
+    DeltaPartitionLog,
+    checkpoint,
+    housekeeping,
+    log_commit,
+    vacuum_table,
+)
 from storage_layout.log.checkpoint import checkpoint_name, write_checkpoint
 from storage_layout.log.reader import TableReader
 from storage_layout.log.replay import read_state
@@ -106,19 +113,19 @@ def test_tombstones_carry_over_from_checkpoint_to_checkpoint_and_leave_memory(bu
     for index in range(MERGE_FILES_MIN):
         log.append([NewRecord(None, b"more%d" % index)], config=CONFIG)
     assert log.maybe_merge_small_files() >= MERGE_FILES_MIN
-    state = log.snapshot.state.checkpointed(*first)
+    state = log.snapshot.state.checkpointed(first.version, first.names)
     removed_since = set(state.tombstones)
     assert removed_since and not removed_since & removed_first
     second = write_checkpoint(logs, state)
-    assert checkpoint_removes(uri, second[0]) == removed_first | removed_since
-    assert not state.checkpointed(*second).tombstones
+    assert checkpoint_removes(uri, second.version) == removed_first | removed_since
+    assert not state.checkpointed(second.version, second.names).tombstones
     # delta-rs reads it: the same files live, and vacuum (lite: from tombstones) finds them.
     assert {os.path.relpath(f, uri) for f in DeltaTable(uri).file_uris()} == set(state.adds)
     doomed = set(vacuum_table(uri, retention_hours=0, dry_run=True))
     on_disk = {p for p in removed_first | removed_since if os.path.exists(os.path.join(uri, p))}
     assert on_disk and doomed == on_disk
-    expired = write_checkpoint(logs, state.checkpointed(*second), now_ms=2**62)
-    assert checkpoint_removes(uri, expired[0]) == set()
+    expired = write_checkpoint(logs, state.checkpointed(second.version, second.names), now_ms=2**62)
+    assert checkpoint_removes(uri, expired.version) == set()
     assert DeltaTable(uri).version() == log.snapshot.table_version
 
 
@@ -193,3 +200,42 @@ def test_a_checkpoint_of_an_empty_table_has_protocol_and_metadata(tmp_path):
     assert table.version() == 0
     assert table.schema().to_arrow().field("offset").type == pa.int64()
     assert table.metadata().partition_columns == ["segment"]
+
+
+def test_tombstone_paths_are_decoded_as_the_log_encodes_them():
+    """The carried tombstones' paths are compared decoded: the writers' own `%3D` at once,
+    any other escape path by path (as file_path decodes them)."""
+    paths = pa.array(["segment%3D0/part-a.parquet", "segment%3D5/part-b.parquet"])
+    assert checkpoint._decoded(paths).to_pylist() == [
+        "segment=0/part-a.parquet",
+        "segment=5/part-b.parquet",
+    ]
+    other = pa.array(["segment%3D0/a%20b.parquet", "plain.parquet"])
+    assert checkpoint._decoded(other).to_pylist() == ["segment=0/a b.parquet", "plain.parquet"]
+    assert checkpoint._decoded(pa.array(["plain.parquet"])).to_pylist() == ["plain.parquet"]
+
+
+def test_a_checkpoint_heavy_with_tombstones_makes_the_next_one_wait(tmp_path, monkeypatch):
+    """The next checkpoint is due after CHECKPOINT_INTERVAL versions, or one version per
+    CHECKPOINT_ROWS_PER_VERSION rows of the last one if that is longer: checkpoints carrying
+    a week of tombstones are not rewritten every CHECKPOINT_INTERVAL commits."""
+    monkeypatch.setattr(housekeeping, "CHECKPOINT_INTERVAL", 4)
+    monkeypatch.setattr(housekeeping, "CHECKPOINT_ROWS_PER_VERSION", 1)
+    uri = str(tmp_path / "topic" / "0")
+    DeltaPartitionLog.create(uri)
+    log = DeltaPartitionLog.open(uri)
+    for index in range(MERGE_FILES_MIN + 4):
+        log.append([NewRecord(None, b"v%d" % index)], config=CONFIG)
+    assert log.maybe_merge_small_files() >= MERGE_FILES_MIN  # 32 tombstones
+    log.housekeeping()
+    first = log_commit.last_checkpoint_version(open_store(uri).child(log_commit.LOG_DIR))
+    assert first == log.snapshot.table_version
+    for index in range(8):  # past CHECKPOINT_INTERVAL, below the rows of the first one
+        log.append([NewRecord(None, b"w%d" % index)], config=CONFIG)
+        log.housekeeping()
+    logs = open_store(uri).child(log_commit.LOG_DIR)
+    assert log_commit.last_checkpoint_version(logs) == first
+    for index in range(MERGE_FILES_MIN + 8):
+        log.append([NewRecord(None, b"x%d" % index)], config=CONFIG)
+        log.housekeeping()
+    assert log_commit.last_checkpoint_version(logs) > first
