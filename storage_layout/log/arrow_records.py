@@ -42,6 +42,7 @@ PLAIN_READ_SCHEMA = pa.schema([FILE_SCHEMA.field(name) for name in PLAIN_READ_CO
 
 
 _EMPTY_RECORDS = RECORDS_SCHEMA.empty_table()
+_RANGE = pa.array(range(65_536), pa.int64())  # _offsets slices it
 _TIMESTAMP_TYPES = {
     kind: pa.scalar(kind, pa.int8())
     for kind in (TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE_LOG_APPEND_TIME)
@@ -157,8 +158,8 @@ def records_to_arrow(
     if timestamps_ms.null_count:  # (a compute call costs ~10 us: one commit makes dozens)
         timestamps_ms = pc.fill_null(timestamps_ms, now_ms)
     columns = [
-        pa.array(range(base_offset, base_offset + count), pa.int64()),
-        pc.multiply_checked(timestamps_ms, 1000).cast(TIMESTAMP_TYPE),
+        _offsets(base_offset, count),
+        _timestamps(timestamps_ms),
         pa.repeat(_TIMESTAMP_TYPES[timestamp_type], count),
         new.column("key"),
         new.column("value"),
@@ -174,6 +175,24 @@ def records_to_arrow(
     for field, column in zip(typed.schema, typed.columns, strict=True):
         table = table.append_column(field, column)
     return table
+
+
+def _timestamps(timestamps_ms: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Milliseconds as TIMESTAMP_TYPE: the microseconds' int64 buffer viewed as the
+    timestamp type (no cast call)."""
+    micros = pc.multiply_checked(timestamps_ms, 1000)
+    if isinstance(micros, pa.ChunkedArray):
+        micros = micros.combine_chunks()
+    return micros.view(TIMESTAMP_TYPE)
+
+
+def _offsets(base_offset: int, count: int) -> pa.Array:
+    """base_offset, base_offset + 1, ... (count of them): one compute call on a slice of a
+    prepared range instead of an Arrow array built from a Python range (a third of the cost
+    of building a commit's columns)."""
+    if count > len(_RANGE):
+        return pa.array(range(base_offset, base_offset + count), pa.int64())
+    return pc.add(_RANGE.slice(0, count), pa.scalar(base_offset, pa.int64()))
 
 
 def _producer_arrays(producers: ProducerColumns | None, count: int) -> list[pa.Array]:
@@ -251,10 +270,9 @@ def file_stats(table: pa.Table) -> FileStats:
     """Delta file statistics: offsets exact; timestamps widened to whole milliseconds (Delta
     stores millisecond precision, and a truncated maximum would let readers skip a file)."""
     offsets = table.column("offset")
-    micros = table.column("timestamp").cast(pa.int64())
-    bounds = pc.min_max(micros)
-    min_ms = bounds["min"].as_py() // 1000
-    max_ms = -(-bounds["max"].as_py() // 1000)
+    bounds = pc.min_max(table.column("timestamp"))
+    min_ms = bounds["min"].value // 1000  # (the scalar's microseconds, as an int)
+    max_ms = -(-bounds["max"].value // 1000)
     stats = {
         "numRecords": table.num_rows,
         "minValues": {"offset": offsets[0].as_py(), "timestamp": _iso_ms(min_ms)},
