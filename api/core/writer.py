@@ -571,7 +571,8 @@ class PartitionWriter:
         self._maybe_start_housekeeping()
 
     def _maybe_start_housekeeping(self) -> None:
-        """Every HOUSEKEEPING_EVERY_COMMITS commits (and HOUSEKEEPING_INTERVAL_MS), merge small
+        """Every HOUSEKEEPING_EVERY_COMMITS commits (and HOUSEKEEPING_INTERVAL_MS, or sooner
+        when the log says half its in-memory tail turned over since the last pass), merge small
         files, checkpoint and trim the log in the background (the cost of opening and reading a
         table grows with files and log entries); appends go on meanwhile: the housekeeping
         commits change no record, and a direct append steps over them."""

@@ -29,7 +29,8 @@ pub struct DecodedRecords {
     pub schema_prefixed: bool,
 }
 
-/// Confluent's wire-format prefix: the magic byte 0 and a 4-byte schema id.
+/// Confluent's wire-format prefix: the magic byte 0 and a 4-byte schema id (the rule
+/// storage_layout/schemas/wire.py `from_prefix` reads; keep the two alike).
 const SCHEMA_PREFIX_BYTES: usize = 5;
 
 fn schema_prefixed(bytes: Option<&[u8]>) -> bool {

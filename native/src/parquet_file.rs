@@ -6,6 +6,7 @@
 //! (storage_layout/log/files.py): the codec, dictionaries only for the listed columns,
 //! statistics only for the listed columns, one row group, the Arrow schema in the footer.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use arrow_array::ffi::{from_ffi, FFI_ArrowArray, FFI_ArrowSchema};
@@ -13,6 +14,7 @@ use arrow_array::{RecordBatch, StructArray};
 use arrow_schema::Schema;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
+use parquet::errors::ParquetError;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 use pyo3::exceptions::PyValueError;
@@ -37,9 +39,14 @@ pub fn write_parquet<'py>(
         None => return Err(PyValueError::new_err("a data file needs at least one batch")),
     };
     let properties = properties(codec, &dictionary_columns, &statistics_columns)?;
-    let bytes = py
-        .detach(|| encode(&batches, schema, properties))
-        .map_err(|error| PyValueError::new_err(format!("cannot write Parquet: {error}")))?;
+    // A panic inside arrow-rs becomes a ValueError (the caller falls back to pyarrow), not
+    // pyo3's PanicException, which no `except Exception` of the writer would catch.
+    let encoded = py.detach(|| {
+        catch_unwind(AssertUnwindSafe(|| encode(&batches, schema, properties)))
+            .unwrap_or_else(|_| Err(ParquetError::General("the Parquet writer panicked".into())))
+    });
+    let bytes =
+        encoded.map_err(|error| PyValueError::new_err(format!("cannot write Parquet: {error}")))?;
     Ok(PyBytes::new(py, &bytes))
 }
 
@@ -47,7 +54,7 @@ fn encode(
     batches: &[RecordBatch],
     schema: Arc<Schema>,
     properties: WriterProperties,
-) -> Result<Vec<u8>, parquet::errors::ParquetError> {
+) -> Result<Vec<u8>, ParquetError> {
     let mut bytes = Vec::new();
     let mut writer = ArrowWriter::try_new(&mut bytes, schema, Some(properties))?;
     for batch in batches {
@@ -100,5 +107,6 @@ fn imported_batch(batch: &Bound<'_, PyAny>) -> PyResult<RecordBatch> {
         from_ffi(array, schema.as_ref())
     }
     .map_err(|error| PyValueError::new_err(format!("not an Arrow record batch: {error}")))?;
-    Ok(RecordBatch::from(StructArray::from(data)))
+    catch_unwind(AssertUnwindSafe(|| RecordBatch::from(StructArray::from(data))))
+        .map_err(|_| PyValueError::new_err("not an Arrow record batch (a struct of columns)"))
 }

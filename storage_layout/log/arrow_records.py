@@ -192,7 +192,7 @@ def _offsets(base_offset: int, count: int) -> pa.Array:
     of building a commit's columns)."""
     if count > len(_RANGE):
         return pa.array(range(base_offset, base_offset + count), pa.int64())
-    return pc.add(_RANGE.slice(0, count), pa.scalar(base_offset, pa.int64()))
+    return pc.add_checked(_RANGE.slice(0, count), pa.scalar(base_offset, pa.int64()))
 
 
 def _producer_arrays(producers: ProducerColumns | None, count: int) -> list[pa.Array]:

@@ -221,7 +221,8 @@ def _still_counting(removes: pa.StructArray, superseded: set[str], cutoff_ms: in
     `superseded`. Vectorized: a checkpoint carries every tombstone of the last week, one per
     small file a merge replaced (hundreds of thousands at a high commit rate)."""
     young = pc.greater_equal(removes.field("deletionTimestamp").fill_null(0), cutoff_ms)
-    paths = _decoded(removes.field("path"))
+    # (another engine's checkpoint may hold large or view strings: the kernels want plain)
+    paths = _decoded(removes.field("path").cast(pa.string()))
     fresh = pc.invert(pc.is_in(paths, value_set=pa.array(list(superseded), pa.string())))
     return pc.and_(young, pc.fill_null(fresh, True))
 

@@ -4,8 +4,8 @@ checkpoints written, old log entries trimmed.
 A commit's cost grows with the files in the table, and every commit is a file in `_delta_log`;
 on an object store each is also a request. So the writer's background pass writes the merged
 file of a run of small files (`dataChange=false`, no record changes; the writer commits it with
-its next append: PreparedMerge), checkpoints every CHECKPOINT_INTERVAL versions from memory, and
-deletes log entries older than the previous checkpoint.
+its next append: PreparedMerge), checkpoints from memory when one is due (checkpoint_due_after),
+and deletes log entries older than the previous checkpoint.
 """
 
 from __future__ import annotations
@@ -30,9 +30,12 @@ CHECKPOINT_INTERVAL = int(TABLE_CONFIGURATION["delta.checkpointInterval"])
 # A checkpoint carries every tombstone of the last week (Delta's deletedFileRetentionDuration,
 # which lite vacuum needs): at a high commit rate one per small file merged, so its cost grows
 # with the partition's recent history. The next one is due after CHECKPOINT_INTERVAL versions,
-# or one version per this many rows of the last one if that is longer: the checkpoints' cost
-# per commit stays bounded (~0.05 ms), and a reader replays at most rows / this many commits.
+# or one version per this many rows of the last one if that is longer, but never later than
+# CHECKPOINT_INTERVAL_MAX versions (a reader replays the commits after the newest checkpoint,
+# and the writer keeps the tombstones since it in memory): the checkpoints' cost per commit
+# stays ~0.05 ms up to 50,000 tombstones, and grows past that (FORMAT.md §6b).
 CHECKPOINT_ROWS_PER_VERSION = 50
+CHECKPOINT_INTERVAL_MAX = 1_000
 # Log files older than the previous checkpoint are kept this long for readers that pinned a
 # version (a Spark batch read plans on one); then they go.
 LOG_GRACE_MS = 10_000
@@ -80,16 +83,15 @@ class Housekeeper:
         self.written: tuple[int, tuple[str, ...]] | None = None
 
     def checkpoint_if_due(self, snapshot: LogSnapshot, history_ms: int = 0) -> None:
-        """Checkpoint `snapshot` and trim the log when CHECKPOINT_INTERVAL versions passed
-        since the last checkpoint, keeping `history_ms` of versions for time travel; a failure
-        is retried on the next pass."""
+        """Checkpoint `snapshot` and trim the log when a checkpoint is due (checkpoint_due_after
+        versions since the last one), keeping `history_ms` of versions for time travel; a
+        failure is retried on the next pass."""
         if snapshot.state is not None:
             self.checkpoint_state_if_due(snapshot.state, history_ms)
 
     def checkpoint_state_if_due(self, state: TableState, history_ms: int = 0) -> None:
         """checkpoint_if_due for a table's state (the `_meta` tables keep no snapshot)."""
-        due_after = max(CHECKPOINT_INTERVAL, self._checkpoint_rows // CHECKPOINT_ROWS_PER_VERSION)
-        if state.version - self._checkpointed_version < due_after:
+        if state.version - self._checkpointed_version < checkpoint_due_after(self._checkpoint_rows):
             return
         try:
             self._checkpoint_and_trim(state, history_ms)
@@ -194,6 +196,12 @@ class Housekeeper:
 
 
 Head = Callable[[], LogSnapshot | None] | None
+
+
+def checkpoint_due_after(last_rows: int) -> int:
+    """Versions after a checkpoint of `last_rows` rows (actions) until the next is due."""
+    by_rows = last_rows // CHECKPOINT_ROWS_PER_VERSION
+    return min(max(CHECKPOINT_INTERVAL, by_rows), CHECKPOINT_INTERVAL_MAX)
 
 
 def _past_the_head(version: int, removed: set[str], head: Head) -> int:

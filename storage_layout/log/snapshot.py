@@ -92,8 +92,8 @@ class LogSnapshot:
 
     def tail_records(self) -> dict[int, pa.Table]:
         """The in-memory records of the tail's commits, by base offset. A file's records are
-        the chunk at its min_offset only if the chunk has as many rows (`in_memory`): a merge
-        replaces several commits' files by one that starts where the first did."""
+        the chunks from its min_offset to its max_offset (`in_memory`): one for an append's
+        file, several for a merged one."""
         return {chunk.base_offset: chunk.records for chunk in self.tail}
 
     def segment_files(self, segment: int) -> list[DataFile]:

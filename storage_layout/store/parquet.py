@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage_layout.store.base import Store
+
+log = logging.getLogger("lakelog.storage")
 
 try:
     import lakelog_native
@@ -23,9 +27,8 @@ def write_parquet(
     codec, dictionary and statistics columns, when it is built. Its fixed cost per file is a
     third of pyarrow's (0.11 against 0.38 ms for a 100-record data file), which an append's
     small file pays on every commit; pyarrow encodes large files faster (a merge's)."""
-    if native and lakelog_native is not None:
-        data = _native_bytes(table, **options)
-    else:
+    data = _native_bytes(table, **options) if native and lakelog_native is not None else None
+    if data is None:
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, **({"compression": "zstd"} | options))
         data = sink.getvalue().to_pybytes()
@@ -36,9 +39,15 @@ def write_parquet(
 def _native_bytes(
     table: pa.Table, *, compression: str, use_dictionary: list[str], write_statistics: list[str]
 ) -> bytes:
+    """The Rust writer's bytes, or None when it refused the table (pyarrow writes it then:
+    a type it cannot encode is a missed saving, never a failed append)."""
     # One batch: the Rust writer pays a fixed cost per batch it is handed.
     batches = table.combine_chunks().to_batches()
-    return lakelog_native.write_parquet(batches, compression, use_dictionary, write_statistics)
+    try:
+        return lakelog_native.write_parquet(batches, compression, use_dictionary, write_statistics)
+    except ValueError as error:
+        log.warning("the native Parquet writer refused a file, pyarrow writes it: %s", error)
+        return None
 
 
 def read_parquet(store: Store, path: str, columns: list[str]) -> pa.Table:

@@ -4,6 +4,7 @@ what delta-rs makes of the same log, action for action."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -230,12 +231,20 @@ def test_a_checkpoint_heavy_with_tombstones_makes_the_next_one_wait(tmp_path, mo
     log.housekeeping()
     first = log_commit.last_checkpoint_version(open_store(uri).child(log_commit.LOG_DIR))
     assert first == log.snapshot.table_version
-    for index in range(8):  # past CHECKPOINT_INTERVAL, below the rows of the first one
+    logs = open_store(uri).child(log_commit.LOG_DIR)
+    rows = json.loads(logs.get(log_commit.LAST_CHECKPOINT))["size"]
+    assert rows > 4 * 2  # more rows than CHECKPOINT_INTERVAL versions, by far
+    for index in range(rows - 1):  # past CHECKPOINT_INTERVAL, short of the first one's rows
         log.append([NewRecord(None, b"w%d" % index)], config=CONFIG)
         log.housekeeping()
-    logs = open_store(uri).child(log_commit.LOG_DIR)
     assert log_commit.last_checkpoint_version(logs) == first
-    for index in range(MERGE_FILES_MIN + 8):
-        log.append([NewRecord(None, b"x%d" % index)], config=CONFIG)
-        log.housekeeping()
-    assert log_commit.last_checkpoint_version(logs) > first
+    log.append([NewRecord(None, b"x")], config=CONFIG)
+    log.housekeeping()
+    assert log_commit.last_checkpoint_version(logs) == first + rows
+
+
+def test_the_checkpoint_interval_is_bounded():
+    due = housekeeping.checkpoint_due_after
+    assert due(0) == housekeeping.CHECKPOINT_INTERVAL
+    assert due(200 * housekeeping.CHECKPOINT_ROWS_PER_VERSION) == 200
+    assert due(10**9) == housekeeping.CHECKPOINT_INTERVAL_MAX

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from deltalake import DeltaTable
 
+from api.core import writer as writer_module
 from api.core.writer import HOUSEKEEPING_EVERY_COMMITS, CommitLimits, PartitionWriter
 from storage_layout.errors import StorageUnavailable
 from storage_layout.log import MERGE_FILES_MIN, DeltaPartitionLog
@@ -303,3 +304,27 @@ def test_housekeeping_is_overdue_once_half_the_tail_was_committed(tmp_path):
     assert log.housekeeping_overdue()  # 5 of a 10-record tail
     log.housekeeping()
     assert not log.housekeeping_overdue()
+
+
+def test_housekeeping_comes_early_when_the_tail_turns_over(tmp_path, monkeypatch):
+    """At a high commit rate the writer does not wait HOUSEKEEPING_INTERVAL_MS between passes
+    once half the in-memory tail was committed since the last one (the merge then still finds
+    its files' records in memory). With the interval an hour, only that rule can start the
+    passes after the first: without them the small files would pile up."""
+    monkeypatch.setattr(writer_module, "HOUSEKEEPING_INTERVAL_MS", 3_600_000)
+    uri = str(tmp_path / "t" / "0")
+    DeltaPartitionLog.create(uri)
+    log = DeltaPartitionLog.open(uri, tail_records_max=2 * HOUSEKEEPING_EVERY_COMMITS)
+    commits = 8 * HOUSEKEEPING_EVERY_COMMITS
+
+    async def scenario(writer):
+        for index in range(commits):
+            await writer.submit(one(f"v{index}"), 2)
+        for _ in range(100):  # the last pass's merge, committed alone when idle
+            await asyncio.sleep(0.05)
+            if not log.merge_pending and len(log.snapshot.files) < 3 * MERGE_FILES_MIN:
+                break
+
+    run(log, scenario)
+    assert len(log.snapshot.files) < 3 * MERGE_FILES_MIN  # merged as they came, not once
+    assert [offset for offset, _ in stored(uri)] == list(range(commits))

@@ -15,6 +15,7 @@ from storage_layout.log import DeltaPartitionLog
 from storage_layout.log import files as data_files
 from storage_layout.log.arrow_records import records_to_arrow
 from storage_layout.records import NewRecord
+from storage_layout.store import open_store
 from storage_layout.store import parquet as store_parquet
 from storage_layout.topic_config import TopicConfig
 
@@ -75,3 +76,22 @@ def test_large_files_and_typed_columns_are_left_to_pyarrow():
     assert not data_files._native(typed, data_files.APPEND_CODEC)
     big = pa.concat_tables([table] * (data_files.NATIVE_RECORDS_MAX // 3 + 1))
     assert not data_files._native(big, data_files.APPEND_CODEC)
+
+
+def test_a_table_the_native_writer_refuses_is_written_by_pyarrow(tmp_path):
+    """A refusal of the Rust writer (here: a codec it does not offer) is a missed saving, not
+    a failed append: pyarrow writes the file."""
+    store = open_store(str(tmp_path))
+    table = records_to_arrow(RECORDS, 0, 0, False)
+    size = store_parquet.write_parquet(
+        store,
+        "f.parquet",
+        table,
+        native=True,
+        compression="brotli",
+        use_dictionary=["key"],
+        write_statistics=["offset"],
+    )
+    written = pq.ParquetFile(tmp_path / "f.parquet")
+    assert size > 0 and not written.metadata.created_by.startswith("parquet-rs")
+    assert written.read().equals(table)
