@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from storage_layout.errors import StorageUnavailable
 from storage_layout.log import housekeeping, log_commit
+from storage_layout.log.checkpoint import WrittenCheckpoint
 from storage_layout.log.files import WrittenFile
 from storage_layout.log.housekeeping import PreparedMerge
 from storage_layout.log.leadership import Outcome
@@ -146,7 +147,7 @@ class LogCommitter:
         transactions: list[tuple[str, int]],
         now_ms: int,
         *,
-        checkpoint: tuple[int, tuple[str, ...]] | None,
+        checkpoint: WrittenCheckpoint | None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
         """Commit the data file `written` (records `table`) with `transactions`, and with the
@@ -189,7 +190,7 @@ class LogCommitter:
         table: pa.Table,
         actions: list[dict[str, Any]],
         merge: PreparedMerge | None,
-        checkpoint: tuple[int, tuple[str, ...]] | None,
+        checkpoint: WrittenCheckpoint | None,
     ) -> None:
         """The snapshot after our own append: one more version, file and tail chunk, and
         the small-file merge it carried."""
@@ -203,7 +204,9 @@ class LogCommitter:
             files = tuple(sorted([*kept, merge.written.data_file], key=lambda f: f.min_offset))
         after = committed(before, before.table_version + 1, actions)
         if checkpoint is not None and after.state is not None:
-            after = dataclasses.replace(after, state=after.state.checkpointed(*checkpoint))
+            after = dataclasses.replace(
+                after, state=after.state.checkpointed(checkpoint.version, checkpoint.names)
+            )
         self.snapshot = dataclasses.replace(
             after,
             high_watermark=data_file.max_offset + 1,

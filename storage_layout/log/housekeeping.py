@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from storage_layout.errors import StorageError
 from storage_layout.log import log_commit
-from storage_layout.log.checkpoint import write_checkpoint
+from storage_layout.log.checkpoint import WrittenCheckpoint, write_checkpoint
 from storage_layout.log.files import WrittenFile, as_file_schema, read_whole_file, write_data_file
 from storage_layout.log.leadership import Leadership
 from storage_layout.log.replay import TableState, UnreadableLog
@@ -77,10 +77,10 @@ class Housekeeper:
         self._checkpointed_version = 0
         self._checkpoints: list[tuple[int, int]] = []  # (version, written ms) written here
         self._trimmed_below = 0  # log entries below this version are gone
-        self._checkpoint_rows = 0  # the actions in the last checkpoint written here
-        # The last checkpoint written, (version, file names): the writer drops the tombstones
-        # it holds (TableState.checkpointed). Replaced whole, so another thread may read it.
-        self.written: tuple[int, tuple[str, ...]] | None = None
+        # The last checkpoint written here: the writer drops the tombstones it holds
+        # (TableState.checkpointed), and its rows say when the next is due. Replaced whole, so
+        # another thread may read it.
+        self.written: WrittenCheckpoint | None = None
 
     def checkpoint_if_due(self, snapshot: LogSnapshot, history_ms: int = 0) -> None:
         """Checkpoint `snapshot` and trim the log when a checkpoint is due (checkpoint_due_after
@@ -91,7 +91,8 @@ class Housekeeper:
 
     def checkpoint_state_if_due(self, state: TableState, history_ms: int = 0) -> None:
         """checkpoint_if_due for a table's state (the `_meta` tables keep no snapshot)."""
-        if state.version - self._checkpointed_version < checkpoint_due_after(self._checkpoint_rows):
+        last_rows = 0 if self.written is None else self.written.rows
+        if state.version - self._checkpointed_version < checkpoint_due_after(last_rows):
             return
         try:
             self._checkpoint_and_trim(state, history_ms)
@@ -165,10 +166,8 @@ class Housekeeper:
         then trim the log below the previous checkpoint."""
         version = state.version
         if self.written is not None:  # the writer may not have rebased on it yet
-            state = state.checkpointed(*self.written)
-        written = write_checkpoint(self._log, state)
-        self.written = (written.version, written.names)
-        self._checkpoint_rows = written.rows
+            state = state.checkpointed(self.written.version, self.written.names)
+        self.written = write_checkpoint(self._log, state)
         self._checkpoints.append((version, int(time.time() * 1000)))
         previous, self._checkpointed_version = self._checkpointed_version, version
         if previous > 0:

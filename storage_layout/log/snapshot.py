@@ -153,22 +153,19 @@ def in_memory(chunks: Mapping[int, pa.Table], data_file: DataFile) -> pa.Table |
     gaps (a compacted file: not the commits' records). A chunk's offsets are dense, so the
     chunks from the file's first offset to its last are its records."""
     span = data_file.max_offset - data_file.min_offset + 1
-    chunk = chunks.get(data_file.min_offset)
-    if chunk is None or span != data_file.num_records or chunk.num_rows > span:
+    if span != data_file.num_records:
         return None
-    if chunk.num_rows == data_file.num_records:
-        return chunk
-    parts, rows = [chunk], chunk.num_rows
-    while rows < data_file.num_records:
+    parts, rows = [], 0
+    while rows < span:
         chunk = chunks.get(data_file.min_offset + rows)
         if chunk is None:
             return None
         parts.append(chunk)
         rows += chunk.num_rows
     schema = parts[0].schema
-    if rows != data_file.num_records or any(part.schema != schema for part in parts):
+    if rows != span or any(part.schema != schema for part in parts):
         return None  # (chunks from before and after a typed column came: read the file)
-    return pa.concat_tables(parts)
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
 def snapshot_from_state(state: TableState, table_uri: str, fenced: bool = True) -> LogSnapshot:

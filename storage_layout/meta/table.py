@@ -268,7 +268,8 @@ class MetaTable:
         reader.latest_known_at = started
         self._housekeeper.checkpoint_state_if_due(reader.state, self._history_ms())
         if self._housekeeper.written is not None:  # its tombstones need not stay in memory
-            reader.state = reader.state.checkpointed(*self._housekeeper.written)
+            written = self._housekeeper.written
+            reader.state = reader.state.checkpointed(written.version, written.names)
         return Verdict.COMMITTED
 
     def _maybe_bin_pack(self) -> None:

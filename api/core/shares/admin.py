@@ -84,11 +84,11 @@ async def group_view(broker: Broker, group_id: str) -> ShareGroupView:
         NotCoordinator: another node coordinates it.
         GroupNotFound: there is no share group of that id.
     """
-    try:
-        return broker.share_members.describe(group_id)
-    except GroupNotFound:
-        if group_id not in await share_group_ids(broker):
-            raise
+    held = _held_view(broker, group_id)
+    if held is not None:
+        return held
+    if group_id not in await share_group_ids(broker):
+        raise GroupNotFound(f"No share group '{group_id}' has members here.")
     return ShareGroupView(group_id)
 
 
@@ -98,10 +98,20 @@ def known_group_view(broker: Broker, group_id: str) -> ShareGroupView:
     Raises:
         NotCoordinator: another node coordinates it.
     """
+    held = _held_view(broker, group_id)
+    return ShareGroupView(group_id) if held is None else held
+
+
+def _held_view(broker: Broker, group_id: str) -> ShareGroupView | None:
+    """The group as this node's coordinator holds it; None when it holds no members of it.
+
+    Raises:
+        NotCoordinator: another node coordinates it.
+    """
     try:
         return broker.share_members.describe(group_id)
     except GroupNotFound:
-        return ShareGroupView(group_id)
+        return None
 
 
 def check_empty(broker: Broker, group_id: str) -> None:
