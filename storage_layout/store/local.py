@@ -173,8 +173,15 @@ def _write_creating_directory(full: str, data: bytes) -> None:
     except FileNotFoundError:
         os.makedirs(os.path.dirname(full), exist_ok=True)
         out = open(full, "xb")  # noqa: SIM115
-    with out:
-        out.write(data)
+    try:
+        with out:
+            out.write(data)
+    except BaseException:
+        # A write cut short (a full disk) must not leave its part behind: nothing names it,
+        # so nothing would ever delete it, and the next merge's part would fill the disk again.
+        with contextlib.suppress(OSError):
+            os.unlink(full)
+        raise
 
 
 def is_temporary(name: str) -> bool:

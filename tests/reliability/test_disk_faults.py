@@ -40,6 +40,7 @@ import pytest
 from storage_layout.errors import CorruptPartition, StorageUnavailable
 from storage_layout.log import DeltaPartitionLog, checkpoint_table, load_table
 from storage_layout.records import NewRecord
+from storage_layout.store.local import LocalStore
 from storage_layout.topic_config import TopicConfig
 from tests.conftest import BINARY_V2, create_topic
 from tests.gateway_process import start_gateway
@@ -633,6 +634,21 @@ def test_enospc_at_the_commit_write_is_retriable_and_commits_nothing(small_disk)
             _assert_acked_readable_once(http, "enospc", acked, only_acked=True)
     finally:
         restarted.stop()
+
+
+def test_a_write_cut_short_by_a_full_disk_leaves_no_part_behind(small_disk):
+    """ENOSPC in the middle of a data file's write (an append's or a merge's): the write fails,
+    and the part written is gone. Nothing names it, so nothing would delete it, and each
+    failed merge's part would take the space freed since."""
+    store = LocalStore(str(small_disk))
+    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+    (small_disk / "ballast").write_bytes(b"\0" * (free - 2 * 1024 * 1024))
+    with pytest.raises(OSError) as raised:
+        store.put_new("segment=0/part-big.parquet", os.urandom(4 * 1024 * 1024))
+    assert raised.value.errno == errno.ENOSPC
+    assert not (small_disk / "segment=0" / "part-big.parquet").exists()
+    store.put_new("segment=0/part-small.parquet", b"fits")  # the space is there again
+    assert (small_disk / "segment=0" / "part-small.parquet").read_bytes() == b"fits"
 
 
 # ---- a transient I/O error stays retriable -----------------------------------------------------
