@@ -7,7 +7,8 @@ Steps: a gateway on a fresh root (a local directory, or a bucket of a moto S3 se
 here) gets a topic of N partitions and one record per partition; it is stopped (SIGTERM) and
 started again; then one record is produced to every partition at once (64 concurrent
 requests). Reported: time from the restarted process's spawn until it answers, and from then
-until every partition acknowledged its produce; the gateway's RSS before and after.
+until every partition acknowledged its produce, and the node's CPU (utime + stime) over that
+time; the gateway's RSS before and after.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.produce_fetch import process_cpu_s  # noqa: E402
 from bench.storage_root import bench_root  # noqa: E402
 from tests.gateway_process import start_gateway  # noqa: E402
 
@@ -86,14 +88,20 @@ def run(partitions: int, store: str, work: Path) -> dict[str, float]:
         ready_s = time.monotonic() - spawned
         before_mb = rss_mb(restarted.process.pid)
         print(f"[2/3] restarted; answering after {ready_s:.1f} s, RSS {before_mb:.0f} MB")
+        cpu_before_s = process_cpu_s(restarted.process.pid)
         produce_s, retries = asyncio.run(produce_everywhere(restarted.url, partitions, "again"))
+        take_cpu_ms = (process_cpu_s(restarted.process.pid) - cpu_before_s) * 1000 / partitions
         after_mb = rss_mb(restarted.process.pid)
-        print(f"[3/3] every partition took a produce {produce_s:.2f} s after the restart")
+        print(
+            f"[3/3] every partition took a produce {produce_s:.2f} s after the restart, "
+            f"{take_cpu_ms:.1f} ms of node CPU a partition"
+        )
         restarted.stop()
         return {
             "ready_s": ready_s,
             "first_produce_all_s": produce_s,
             "retries": retries,
+            "take_cpu_ms": take_cpu_ms,
             "rss_before_mb": before_mb,
             "rss_after_mb": after_mb,
             "kb_per_open_partition": (after_mb - before_mb) * 1024 / partitions,
@@ -108,13 +116,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="lakelog-wide-") as work:
         figures = run(args.partitions, args.store, Path(work))
     print(
-        "\n| store | partitions | ready (s) | all first produces (s) | 503 retries | "
+        "\n| store | partitions | ready (s) | all first produces (s) | node CPU a partition (ms) "
+        "| 503 retries | "
         "RSS before → after (MB) | per open partition (KB) |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     print(
         f"| {args.store} | {args.partitions} | {figures['ready_s']:.1f} | "
-        f"{figures['first_produce_all_s']:.2f} | {figures['retries']} | "
+        f"{figures['first_produce_all_s']:.2f} | {figures['take_cpu_ms']:.1f} | "
+        f"{figures['retries']} | "
         f"{figures['rss_before_mb']:.0f} → {figures['rss_after_mb']:.0f} | "
         f"{figures['kb_per_open_partition']:.0f} |"
     )
