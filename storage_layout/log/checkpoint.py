@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,10 @@ from storage_layout.store import Store
 # checkpoints, for readers of older versions and for vacuum's lite mode (which deletes only
 # files it finds as tombstones).
 TOMBSTONE_RETENTION_MS = 7 * 24 * 3600 * 1000
+# A file removed more recently than this is never deleted (by Settling or by vacuum): a reader
+# planned on an older version (a stream's split, a gateway's fetch before it reloads) may
+# still read it.
+REMOVED_FILE_GRACE_MS = 10 * 60 * 1000
 
 _STRING_MAP = pa.map_(pa.string(), pa.string())
 _DELETION_VECTOR = pa.struct(
@@ -132,22 +136,47 @@ class WrittenCheckpoint:
     version: int
     names: tuple[str, ...]
     rows: int
+    files_deleted: int = 0  # settled rearrangements' files (Settling)
 
 
-def write_checkpoint(log: Store, state: TableState, now_ms: int | None = None) -> WrittenCheckpoint:
+@dataclass(frozen=True, slots=True)
+class Settling:
+    """Deleting the files that rearrangements replaced, once no reader needs them, so their
+    tombstones can leave the checkpoints.
+
+    A rearrangement (a remove with dataChange=false: a small-file merge, file optimization)
+    moved records into another file, unchanged. Its file is settled when it was removed over
+    `retention_ms` ago: readers of the latest snapshot no longer list it, and no version that
+    time travel is promised to reach (the table's log history) does. Without settling, its
+    tombstone would stay for Delta's week (TOMBSTONE_RETENTION_MS, for vacuum): one per small
+    file merged, hundreds of thousands a day at a high commit rate, rewritten by every
+    checkpoint, and the file itself would wait a week on disk for vacuum. Tombstones of
+    removes that change data (retention, key compaction) keep the week."""
+
+    retention_ms: int
+    delete_files: Callable[[list[str]], None]  # relative paths under the table root
+
+
+def write_checkpoint(
+    log: Store,
+    state: TableState,
+    now_ms: int | None = None,
+    settling: Settling | None = None,
+) -> WrittenCheckpoint:
     """Write the checkpoint of `state` (at `state.version`) and point `_last_checkpoint` at it.
     The tombstones not in memory are carried over from the checkpoint `state` is based on (one
-    read).
+    read). With `settling`, the files of settled rearrangements are deleted first and their
+    tombstones left out (Settling).
 
     Raises:
         OSError: the store failed; UnreadableLog: the base checkpoint could not be read.
     """
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    cutoff_ms = now_ms - TOMBSTONE_RETENTION_MS
-    table = checkpoint_table(state, cutoff_ms)
-    carried = _carried_tombstones(log, state, cutoff_ms)
-    if carried.num_rows:
-        table = pa.concat_tables([table, carried])
+    removes = _tombstones(log, state, now_ms - TOMBSTONE_RETENTION_MS)
+    settled = 0
+    if settling is not None:
+        removes, settled = _settle(removes, now_ms - settling.retention_ms, settling.delete_files)
+    table = pa.concat_tables([checkpoint_table(state), _remove_rows(removes)])
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="snappy")
     data = sink.getvalue().to_pybytes()
@@ -160,12 +189,11 @@ def write_checkpoint(log: Store, state: TableState, now_ms: int | None = None) -
         "numOfAddFiles": len(state.adds),
     }
     log.put(log_commit.LAST_CHECKPOINT, json.dumps(pointer).encode())
-    return WrittenCheckpoint(state.version, (name,), table.num_rows)
+    return WrittenCheckpoint(state.version, (name,), table.num_rows, settled)
 
 
-def checkpoint_table(state: TableState, cutoff_ms: int = 0) -> pa.Table:
-    """The checkpoint's rows from memory, one action per row, the other columns null: all
-    but the tombstones of the base checkpoint, and those deleted before `cutoff_ms`."""
+def checkpoint_table(state: TableState) -> pa.Table:
+    """The checkpoint's rows but its tombstones, one action per row, the other columns null."""
     rows: list[tuple[str, dict[str, Any]]] = [
         ("protocol", _protocol_row(state.protocol)),
         ("metaData", _metadata_row(state.metadata)),
@@ -175,11 +203,6 @@ def checkpoint_table(state: TableState, cutoff_ms: int = 0) -> pa.Table:
         for app_id, version in state.transactions.items()
     ]
     rows += [("add", _file_row(body, _ADD)) for body in state.adds.values()]
-    rows += [
-        ("remove", _file_row(body, _REMOVE))
-        for _, body in state.tombstones.values()
-        if (body.get("deletionTimestamp") or 0) >= cutoff_ms
-    ]
     columns = {name: [None] * len(rows) for name in _CHECKPOINT_SCHEMA.names}
     for index, (kind, body) in enumerate(rows):
         columns[kind][index] = body
@@ -189,9 +212,45 @@ def checkpoint_table(state: TableState, cutoff_ms: int = 0) -> pa.Table:
     )
 
 
-def _carried_tombstones(log: Store, state: TableState, cutoff_ms: int) -> pa.Table:
+def _tombstones(log: Store, state: TableState, cutoff_ms: int) -> pa.StructArray:
+    """Every tombstone of `state` deleted at or after `cutoff_ms`: those in memory (removed
+    since the base checkpoint) and those carried over from it."""
+    in_memory = pa.array(
+        [_file_row(body, _REMOVE) for _, body in state.tombstones.values()], type=_REMOVE
+    )
+    young = pc.greater_equal(in_memory.field("deletionTimestamp").fill_null(0), cutoff_ms)
+    return pa.concat_arrays([in_memory.filter(young), *_carried_tombstones(log, state, cutoff_ms)])
+
+
+def _settle(
+    removes: pa.StructArray, before_ms: int, delete_files: Callable[[list[str]], None]
+) -> tuple[pa.StructArray, int]:
+    """`removes` without the settled rearrangements' tombstones, once their files are deleted;
+    and how many were. A remove whose dataChange is unknown counts as changing data."""
+    rearranged = pc.invert(pc.fill_null(removes.field("dataChange"), True))
+    old = pc.less(removes.field("deletionTimestamp").fill_null(before_ms), before_ms)
+    settled = pc.and_(rearranged, old)
+    count = pc.sum(settled).as_py() or 0
+    if count == 0:
+        return removes, 0
+    delete_files(_decoded(removes.field("path").filter(settled)).to_pylist())
+    return removes.filter(pc.invert(settled)), count
+
+
+def _remove_rows(removes: pa.StructArray) -> pa.Table:
+    """Tombstones as checkpoint rows: the `remove` column, the others null."""
+    return pa.table(
+        [
+            removes if f.name == "remove" else pa.array([None] * len(removes), type=f.type)
+            for f in _CHECKPOINT_SCHEMA
+        ],
+        schema=_CHECKPOINT_SCHEMA,
+    )
+
+
+def _carried_tombstones(log: Store, state: TableState, cutoff_ms: int) -> list[pa.StructArray]:
     """The base checkpoint's tombstones that still count: not expired, not re-added, not
-    removed again since (then the newer remove is in memory). Kept in Arrow: a week of them
+    removed again since (then the newer remove is in memory). Kept in Arrow: an hour of them
     is large."""
     pieces = []
     superseded = set(state.adds) | set(state.tombstones)
@@ -204,22 +263,13 @@ def _carried_tombstones(log: Store, state: TableState, cutoff_ms: int) -> pa.Tab
         if not len(removes):
             continue
         pieces.append(_conformed(removes.filter(_still_counting(removes, superseded, cutoff_ms))))
-    if not pieces:
-        return _CHECKPOINT_SCHEMA.empty_table()
-    removes = pa.concat_arrays(pieces)
-    return pa.table(
-        [
-            removes if f.name == "remove" else pa.array([None] * len(removes), type=f.type)
-            for f in _CHECKPOINT_SCHEMA
-        ],
-        schema=_CHECKPOINT_SCHEMA,
-    )
+    return pieces
 
 
 def _still_counting(removes: pa.StructArray, superseded: set[str], cutoff_ms: int) -> pa.Array:
     """Which of a checkpoint's tombstones to carry: deleted at or after `cutoff_ms` and not
-    `superseded`. Vectorized: a checkpoint carries every tombstone of the last week, one per
-    small file a merge replaced (hundreds of thousands at a high commit rate)."""
+    `superseded`. Vectorized: a checkpoint carries a tombstone per small file a merge replaced
+    within the history kept (hundreds of thousands an hour at a high commit rate)."""
     young = pc.greater_equal(removes.field("deletionTimestamp").fill_null(0), cutoff_ms)
     # (another engine's checkpoint may hold large or view strings: the kernels want plain)
     paths = _decoded(removes.field("path").cast(pa.string()))

@@ -18,7 +18,12 @@ import pyarrow as pa
 
 from storage_layout.errors import StorageError
 from storage_layout.log import log_commit
-from storage_layout.log.checkpoint import WrittenCheckpoint, write_checkpoint
+from storage_layout.log.checkpoint import (
+    REMOVED_FILE_GRACE_MS,
+    Settling,
+    WrittenCheckpoint,
+    write_checkpoint,
+)
 from storage_layout.log.files import WrittenFile, as_file_schema, read_whole_file, write_data_file
 from storage_layout.log.leadership import Leadership
 from storage_layout.log.replay import TableState, UnreadableLog
@@ -27,9 +32,9 @@ from storage_layout.log.tables import TABLE_CONFIGURATION
 from storage_layout.store import Store
 
 CHECKPOINT_INTERVAL = int(TABLE_CONFIGURATION["delta.checkpointInterval"])
-# A checkpoint carries every tombstone of the last week (Delta's deletedFileRetentionDuration,
-# which lite vacuum needs): at a high commit rate one per small file merged, so its cost grows
-# with the partition's recent history. The next one is due after CHECKPOINT_INTERVAL versions,
+# A checkpoint carries a tombstone per small file merged within the history kept (Settling),
+# and data-changing removes' for a week: at a high commit rate its cost grows with the
+# partition's recent history. The next one is due after CHECKPOINT_INTERVAL versions,
 # or one version per this many rows of the last one if that is longer, but never later than
 # CHECKPOINT_INTERVAL_MAX versions (a reader replays the commits after the newest checkpoint,
 # and the writer keeps the tombstones since it in memory): the checkpoints' cost per commit
@@ -163,11 +168,14 @@ class Housekeeper:
     def _checkpoint_and_trim(self, state: TableState, history_ms: int) -> None:
         """Checkpoint the writer's state from memory (no read of the log: on an object
         store, delta-rs's checkpoint read every commit since the previous one four times),
-        then trim the log below the previous checkpoint."""
+        deleting the files rearrangements replaced longer ago than the history kept (and
+        dropping their tombstones: Settling), then trim the log below the previous checkpoint."""
         version = state.version
         if self.written is not None:  # the writer may not have rebased on it yet
             state = state.checkpointed(self.written.version, self.written.names)
-        self.written = write_checkpoint(self._log, state)
+        # Rearranged files are kept for the history kept for time travel, then deleted.
+        settling = Settling(max(REMOVED_FILE_GRACE_MS, history_ms), self._store.delete_many)
+        self.written = write_checkpoint(self._log, state, settling=settling)
         self._checkpoints.append((version, int(time.time() * 1000)))
         previous, self._checkpointed_version = self._checkpointed_version, version
         if previous > 0:

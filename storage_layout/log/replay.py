@@ -52,7 +52,7 @@ class UnreadableLog(Exception):
 class TableState:
     """A table at `version`: the Delta actions a checkpoint of it holds, but for the
     tombstones (`remove` actions) already in checkpoint `checkpoint`: only those removed after
-    it are in memory (a week of small-file merges leaves hundreds of thousands of them, which
+    it are in memory (an hour of small-file merges leaves hundreds of thousands of them, which
     only a checkpoint needs; it carries them over from the previous one). Never mutated: a
     commit makes a new one (`applied`)."""
 

@@ -19,6 +19,7 @@ from itertools import takewhile
 from typing import TYPE_CHECKING
 
 from storage_layout.errors import CorruptPartition
+from storage_layout.log.checkpoint import REMOVED_FILE_GRACE_MS
 
 if TYPE_CHECKING:
     from storage_layout.log import DataFile, LogSnapshot
@@ -28,9 +29,8 @@ RETENTION_MS = "retention.ms"
 RETENTION_BYTES = "retention.bytes"
 LOG_START = "log-start-offset"  # below the log start (Kafka's DeleteRecords)
 OPTIMIZE_TARGET_FILE_BYTES = 128 * 1024 * 1024
-# Below it a reader planned on an older version (a stream's split, a gateway's fetch before it
-# reloads) could miss a file that VACUUM deleted under it.
-VACUUM_RETENTION_MS_MIN = 10 * 60 * 1000
+# Below it a reader planned on an older version could miss a file that VACUUM deleted under it.
+VACUUM_RETENTION_MS_MIN = REMOVED_FILE_GRACE_MS
 
 
 # ---- segments --------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,7 +24,7 @@ from storage_layout.log import (
     log_commit,
     vacuum_table,
 )
-from storage_layout.log.checkpoint import checkpoint_name, write_checkpoint
+from storage_layout.log.checkpoint import Settling, checkpoint_name, write_checkpoint
 from storage_layout.log.reader import TableReader
 from storage_layout.log.replay import read_state
 from storage_layout.records import AppTransaction, NewRecord
@@ -128,6 +130,87 @@ def test_tombstones_carry_over_from_checkpoint_to_checkpoint_and_leave_memory(bu
     expired = write_checkpoint(logs, state.checkpointed(second.version, second.names), now_ms=2**62)
     assert checkpoint_removes(uri, expired.version) == set()
     assert DeltaTable(uri).version() == log.snapshot.table_version
+
+
+HOUR_MS = 3_600_000
+
+
+def _rearranged_and_deleted(state) -> tuple[set[str], set[str]]:
+    """The tombstones of `state` by kind: a merge's (dataChange=false), a delete's."""
+    merged = {p for p, (_, remove) in state.tombstones.items() if not remove["dataChange"]}
+    return merged, set(state.tombstones) - merged
+
+
+def _on_disk(uri: str, paths: set[str]) -> set[str]:
+    return {p for p in paths if os.path.exists(os.path.join(uri, p))}
+
+
+def test_files_merges_replaced_are_deleted_once_settled_and_their_tombstones_go(busy_table):
+    """Settling: a checkpoint written longer than the retention after a merge deletes the files
+    the merge replaced (their records are in the merged file) and leaves their tombstones
+    out; the delete's tombstone (its records went) stays, its file left to vacuum. delta-rs
+    and lakelog read the table as before."""
+    uri, log = busy_table
+    logs = open_store(uri).child(log_commit.LOG_DIR)
+    merged, deleted = _rearranged_and_deleted(log.snapshot.state)
+    assert len(merged) >= MERGE_FILES_MIN and len(deleted) == 1
+    settling = Settling(HOUR_MS, open_store(uri).delete_many)
+    young = write_checkpoint(logs, log.snapshot.state, settling=settling)
+    assert young.files_deleted == 0  # removed just now: kept
+    assert checkpoint_removes(uri, young.version) == merged | deleted
+    assert _on_disk(uri, merged) == merged
+
+    log.append([NewRecord(b"k", b"after")], config=CONFIG)
+    state = log.snapshot.state.checkpointed(young.version, young.names)
+    later_ms = int(time.time() * 1000) + 2 * HOUR_MS
+    settled = write_checkpoint(logs, state, now_ms=later_ms, settling=settling)
+
+    assert settled.files_deleted == len(merged)
+    assert checkpoint_removes(uri, settled.version) == deleted
+    assert _on_disk(uri, merged) == set() and _on_disk(uri, deleted) == deleted
+    table = DeltaTable(uri)
+    assert table.version() == settled.version
+    assert {os.path.relpath(f, uri) for f in table.file_uris()} == set(state.adds)
+    assert table.to_pyarrow_table().num_rows == sum(f.num_records for f in log.snapshot.files)
+    assert set(vacuum_table(uri, retention_hours=0, dry_run=True)) == deleted
+    reopened = DeltaPartitionLog.open(uri)
+    assert [f.path for f in reopened.snapshot.files] == [f.path for f in log.snapshot.files]
+    assert reopened.snapshot.high_watermark == log.snapshot.high_watermark
+
+
+def test_a_failed_delete_writes_no_checkpoint_and_keeps_the_tombstones(busy_table):
+    uri, log = busy_table
+    logs = open_store(uri).child(log_commit.LOG_DIR)
+    merged, _ = _rearranged_and_deleted(log.snapshot.state)
+
+    def refuse(paths: list[str]) -> None:
+        raise OSError("the store refused the delete")
+
+    later_ms = int(time.time() * 1000) + 2 * HOUR_MS
+    settling = Settling(HOUR_MS, refuse)
+    with pytest.raises(OSError, match="refused"):
+        write_checkpoint(logs, log.snapshot.state, now_ms=later_ms, settling=settling)
+    version = log.snapshot.table_version
+    assert not os.path.exists(os.path.join(uri, "_delta_log", checkpoint_name(version)))
+    assert _on_disk(uri, merged) == merged
+
+
+@pytest.mark.parametrize(("history_ms", "settles"), [(HOUR_MS, True), (3 * HOUR_MS, False)])
+def test_housekeeping_settles_merged_files_after_the_history_kept(
+    busy_table, monkeypatch, history_ms, settles
+):
+    """The writer's housekeeping keeps rearranged files as long as the topic keeps history for
+    time travel (delta.log.retention.ms), then deletes them with its next checkpoint."""
+    uri, log = busy_table
+    merged, _ = _rearranged_and_deleted(log.snapshot.state)
+    monkeypatch.setattr(housekeeping, "CHECKPOINT_INTERVAL", 4)
+    two_hours_on_s = time.time() + 2 * HOUR_MS / 1000
+    monkeypatch.setattr(checkpoint, "time", SimpleNamespace(time=lambda: two_hours_on_s))
+    log.housekeeping(history_ms)
+    written = log._housekeeper.written
+    assert written is not None and written.version == log.snapshot.table_version
+    assert _on_disk(uri, merged) == (set() if settles else merged)
+    assert (checkpoint_removes(uri, written.version) & merged) == (set() if settles else merged)
 
 
 def test_the_writers_state_follows_every_commit(busy_table):
