@@ -174,25 +174,21 @@ class Leaders:
         if not self._cluster.can_lead():
             raise NotLeader("This node cannot renew its liveness record, so it does not write.")
         uri = paths.partition_table_uri(self._root, topic, partition)
-        partition_log = await self._blocking(
-            DeltaPartitionLog.open,
-            uri,
-            tail_records_max=self._tail_records_max,
-            fenced=self._fenced,
-            # The table _read_leader just refreshed: one load per take, not two. Handed over,
-            # not shared (the log keeps it as its own snapshot).
-            loaded=self._tables.pop(key, None),
-        )
         try:
-            await self._blocking(
-                partition_log.commit_leadership, self.node_id, expected=current, hold=True
+            partition_log = await self._blocking(
+                _open_as_leader,
+                uri,
+                self.node_id,
+                current,
+                tail_records_max=self._tail_records_max,
+                fenced=self._fenced,
+                # The table _read_leader just refreshed: one load per take, not two. Handed
+                # over, not shared (the log keeps it as its own snapshot).
+                loaded=self._tables.pop(key, None),
             )
         except LeadershipConflict as error:
             self._hints.pop(key, None)
             raise NotLeader(f"Another node took {topic}/{partition} first; retry.") from error
-        # A table from before the added columns gains them now, before any commit of ours
-        # is in flight (the group commit stages the next file while the last one commits).
-        await self._blocking(partition_log.ensure_added_columns)
         writer = PartitionWriter(
             partition_log,
             config=lambda: self._config_of(topic),
@@ -313,3 +309,30 @@ class Leaders:
                 await self._hand_over(key, preferred_node(others, *key))
             else:
                 await self._writers.pop(key).close()
+
+
+def _open_as_leader(
+    uri: str,
+    node_id: int,
+    current: Leadership | None,
+    *,
+    tail_records_max: int,
+    fenced: bool,
+    loaded: TableReader | None,
+) -> DeltaPartitionLog:
+    """The partition's log, opened with `node_id` committed as its leader if the leader is
+    still `current`, in one trip to the storage threads (each trip is a GIL hand-over, a third
+    of a take's CPU when a restarted node takes a thousand partitions at once).
+
+    A table from before the added columns gains them too, before any commit of the new writer
+    is in flight (its group commit stages the next file while the last one commits).
+
+    Raises:
+        LeadershipConflict: another node took the partition first.
+    """
+    partition_log = DeltaPartitionLog.open(
+        uri, tail_records_max=tail_records_max, fenced=fenced, loaded=loaded
+    )
+    partition_log.commit_leadership(node_id, expected=current, hold=True)
+    partition_log.ensure_added_columns()
+    return partition_log
