@@ -15,6 +15,7 @@ The file is written whole (the store's `put`: a rename locally, one PUT on objec
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from storage_layout.errors import StorageError
 from storage_layout.log import log_commit
 from storage_layout.log.replay import TableState, file_path, read_checkpoint_part
 from storage_layout.store import Store
@@ -36,6 +38,11 @@ TOMBSTONE_RETENTION_MS = 7 * 24 * 3600 * 1000
 # planned on an older version (a stream's split, a gateway's fetch before it reloads) may
 # still read it.
 REMOVED_FILE_GRACE_MS = 10 * 60 * 1000
+# In the Parquet footer of lakelog's own checkpoints: their tombstones' dataChange flags are
+# the commits' own (Settling trusts them).
+WRITER_KEY, WRITER = b"lakelog.checkpoint", b"1"
+
+logger = logging.getLogger(__name__)
 
 _STRING_MAP = pa.map_(pa.string(), pa.string())
 _DELETION_VECTOR = pa.struct(
@@ -177,6 +184,7 @@ def write_checkpoint(
     if settling is not None:
         removes, settled = _settle(removes, now_ms - settling.retention_ms, settling.delete_files)
     table = pa.concat_tables([checkpoint_table(state), _remove_rows(removes)])
+    table = table.replace_schema_metadata({WRITER_KEY: WRITER})
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="snappy")
     data = sink.getvalue().to_pybytes()
@@ -215,25 +223,33 @@ def checkpoint_table(state: TableState) -> pa.Table:
 def _tombstones(log: Store, state: TableState, cutoff_ms: int) -> pa.StructArray:
     """Every tombstone of `state` deleted at or after `cutoff_ms`: those in memory (removed
     since the base checkpoint) and those carried over from it."""
-    in_memory = pa.array(
-        [_file_row(body, _REMOVE) for _, body in state.tombstones.values()], type=_REMOVE
-    )
-    young = pc.greater_equal(in_memory.field("deletionTimestamp").fill_null(0), cutoff_ms)
-    return pa.concat_arrays([in_memory.filter(young), *_carried_tombstones(log, state, cutoff_ms)])
+    young = [
+        _file_row(body, _REMOVE)
+        for _, body in state.tombstones.values()
+        if (body.get("deletionTimestamp") or 0) >= cutoff_ms
+    ]
+    in_memory = pa.array(young, type=_REMOVE)
+    return pa.concat_arrays([in_memory, *_carried_tombstones(log, state, cutoff_ms)])
 
 
 def _settle(
     removes: pa.StructArray, before_ms: int, delete_files: Callable[[list[str]], None]
 ) -> tuple[pa.StructArray, int]:
     """`removes` without the settled rearrangements' tombstones, once their files are deleted;
-    and how many were. A remove whose dataChange is unknown counts as changing data."""
+    and how many were. A remove whose dataChange is unknown counts as changing data. A failed
+    delete keeps every tombstone (the checkpoint is written all the same: a file that cannot
+    be deleted must not stop the log from being checkpointed and trimmed)."""
     rearranged = pc.invert(pc.fill_null(removes.field("dataChange"), True))
     old = pc.less(removes.field("deletionTimestamp").fill_null(before_ms), before_ms)
     settled = pc.and_(rearranged, old)
     count = pc.sum(settled).as_py() or 0
     if count == 0:
         return removes, 0
-    delete_files(_decoded(removes.field("path").filter(settled)).to_pylist())
+    try:
+        delete_files(_decoded(removes.field("path").filter(settled)).to_pylist())
+    except (OSError, StorageError) as error:
+        logger.warning("kept %d tombstones: deleting their files failed: %s", count, error)
+        return removes, 0
     return removes.filter(pc.invert(settled)), count
 
 
@@ -262,8 +278,21 @@ def _carried_tombstones(log: Store, state: TableState, cutoff_ms: int) -> list[p
         removes = removes.filter(removes.is_valid())
         if not len(removes):
             continue
-        pieces.append(_conformed(removes.filter(_still_counting(removes, superseded, cutoff_ms))))
+        removes = _conformed(removes.filter(_still_counting(removes, superseded, cutoff_ms)))
+        if (part.schema.metadata or {}).get(WRITER_KEY) != WRITER:
+            # Spark writes every carried tombstone with dataChange=false: another engine's
+            # flags do not say which removes only rearranged records, so none settles.
+            removes = _as_data_changes(removes)
+        pieces.append(removes)
     return pieces
+
+
+def _as_data_changes(removes: pa.StructArray) -> pa.StructArray:
+    children = [
+        pa.repeat(True, len(removes)) if f.name == "dataChange" else removes.field(f.name)
+        for f in _REMOVE
+    ]
+    return pa.StructArray.from_arrays(children, fields=list(_REMOVE), mask=None)
 
 
 def _still_counting(removes: pa.StructArray, superseded: set[str], cutoff_ms: int) -> pa.Array:

@@ -75,10 +75,11 @@ class Housekeeper:
     reads the writer's snapshot and never replaces it (the writer sees a merge as a
     rearrangement it steps over). Not thread-safe itself: one pass at a time."""
 
-    def __init__(self, table_uri: str, store: Store, log: Store) -> None:
+    def __init__(self, table_uri: str, store: Store, log: Store, *, settles: bool = True) -> None:
         self._table_uri = table_uri
         self._store = store
         self._log = log
+        self._settles = settles  # deletes rearranged files after the history kept (Settling)
         self._checkpointed_version = 0
         self._checkpoints: list[tuple[int, int]] = []  # (version, written ms) written here
         self._trimmed_below = 0  # log entries below this version are gone
@@ -174,7 +175,9 @@ class Housekeeper:
         if self.written is not None:  # the writer may not have rebased on it yet
             state = state.checkpointed(self.written.version, self.written.names)
         # Rearranged files are kept for the history kept for time travel, then deleted.
-        settling = Settling(max(REMOVED_FILE_GRACE_MS, history_ms), self._store.delete_many)
+        settling = None
+        if self._settles:
+            settling = Settling(max(REMOVED_FILE_GRACE_MS, history_ms), self._store.delete_many)
         self.written = write_checkpoint(self._log, state, settling=settling)
         self._checkpoints.append((version, int(time.time() * 1000)))
         previous, self._checkpointed_version = self._checkpointed_version, version

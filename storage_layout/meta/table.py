@@ -95,7 +95,9 @@ class MetaTable:
         self._bin_pack = bin_pack
         self._store = open_store(uri)
         self._reader = _open_or_create(uri, schema, dict(configuration or {}))
-        self._housekeeper = Housekeeper(uri, self._store, self._reader.log)
+        # Their files stay until vacuum: a _meta table keeps ~100 versions of history, which on
+        # a quiet table spans far longer than its history_ms says (Settling would cut it).
+        self._housekeeper = Housekeeper(uri, self._store, self._reader.log, settles=False)
         self._add_missing_columns()
 
     # ---- reads -------------------------------------------------------------------------------

@@ -203,15 +203,18 @@ class ObjectStore(Store):
 
     def delete_many(self, paths: list[str]) -> None:
         keys = [self._key(path) for path in paths]
-        try:
-            for start in range(0, len(keys), 1000):  # S3's DeleteObjects takes 1,000 a request
+        for start in range(0, len(keys), 1000):  # S3's DeleteObjects takes 1,000 a request
+            try:
                 obstore.delete(self._client, keys[start : start + 1000])
                 record(self.kind, "delete", OK)
-        except (FileNotFoundError, obstore_errors.NotFoundError):
-            pass
-        except Exception as error:  # noqa: BLE001
-            record(self.kind, "delete", ERROR)
-            raise _translate(error, self.uri, paths[0]) from error
+            except (FileNotFoundError, obstore_errors.NotFoundError):
+                # GCS and Azure answer a missing one with an error that ends the bulk delete
+                # there: the rest of the batch is deleted one by one (delete skips missing ones).
+                for path in paths[start : start + 1000]:
+                    self.delete(path)
+            except Exception as error:  # noqa: BLE001
+                record(self.kind, "delete", ERROR)
+                raise _translate(error, self.uri, paths[start]) from error
 
     def delete_tree(self, directory: str = "") -> None:
         key = self._key(directory)

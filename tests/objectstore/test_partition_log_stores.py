@@ -40,3 +40,14 @@ def table_uri(request, tmp_path) -> str:
     uri = f"{root}/topics/t/0"
     DeltaPartitionLog.create(uri)
     return uri
+
+
+def test_a_bulk_delete_deletes_every_file_past_a_missing_one(table_uri):
+    """A missing file in a bulk delete does not keep the others (Settling deletes files a
+    crashed pass may have deleted already)."""
+    table = store.open_store(table_uri)
+    names = [f"segment=0/part-{index}.parquet" for index in range(5)]
+    for name in names:
+        table.put_new(name, b"data")
+    table.delete_many(["segment=0/missing.parquet", *names])
+    assert [name for name in names if table.exists(name)] == []

@@ -11,6 +11,7 @@ import time
 from types import SimpleNamespace
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -178,34 +179,84 @@ def test_files_merges_replaced_are_deleted_once_settled_and_their_tombstones_go(
     assert reopened.snapshot.high_watermark == log.snapshot.high_watermark
 
 
-def test_a_failed_delete_writes_no_checkpoint_and_keeps_the_tombstones(busy_table):
+def test_a_failed_delete_keeps_the_tombstones_and_still_checkpoints(busy_table):
+    """A file that cannot be deleted (a role without delete rights, an object lock) keeps its
+    tombstone, and the checkpoint is written all the same (the log must still be trimmed);
+    the next checkpoint settles it."""
     uri, log = busy_table
     logs = open_store(uri).child(log_commit.LOG_DIR)
-    merged, _ = _rearranged_and_deleted(log.snapshot.state)
+    merged, deleted = _rearranged_and_deleted(log.snapshot.state)
 
     def refuse(paths: list[str]) -> None:
-        raise OSError("the store refused the delete")
+        raise PermissionError("the store refused the delete")
 
     later_ms = int(time.time() * 1000) + 2 * HOUR_MS
-    settling = Settling(HOUR_MS, refuse)
-    with pytest.raises(OSError, match="refused"):
-        write_checkpoint(logs, log.snapshot.state, now_ms=later_ms, settling=settling)
-    version = log.snapshot.table_version
-    assert not os.path.exists(os.path.join(uri, "_delta_log", checkpoint_name(version)))
+    kept = write_checkpoint(
+        logs, log.snapshot.state, now_ms=later_ms, settling=Settling(HOUR_MS, refuse)
+    )
+    assert kept.version == log.snapshot.table_version and kept.files_deleted == 0
+    assert checkpoint_removes(uri, kept.version) == merged | deleted
     assert _on_disk(uri, merged) == merged
 
+    log.append([NewRecord(b"k", b"after")], config=CONFIG)
+    state = log.snapshot.state.checkpointed(kept.version, kept.names)
+    settling = Settling(HOUR_MS, open_store(uri).delete_many)
+    settled = write_checkpoint(logs, state, now_ms=later_ms, settling=settling)
+    assert settled.files_deleted == len(merged) and _on_disk(uri, merged) == set()
+    assert checkpoint_removes(uri, settled.version) == deleted
 
-@pytest.mark.parametrize(("history_ms", "settles"), [(HOUR_MS, True), (3 * HOUR_MS, False)])
+
+def test_tombstones_carried_from_another_engines_checkpoint_never_settle(busy_table):
+    """Spark writes every tombstone of its checkpoints with dataChange=false, so a carried
+    tombstone settles only from lakelog's own checkpoints (marked in the Parquet footer)."""
+    uri, log = busy_table
+    logs = open_store(uri).child(log_commit.LOG_DIR)
+    merged, deleted = _rearranged_and_deleted(log.snapshot.state)
+    base = write_checkpoint(logs, log.snapshot.state)
+    path = os.path.join(uri, "_delta_log", base.names[0])
+    table = pq.read_table(path)
+    removes = table.column("remove").combine_chunks()
+    as_spark = pa.StructArray.from_arrays(  # every dataChange false, as Spark writes them
+        [
+            pa.repeat(False, len(removes)) if f.name == "dataChange" else removes.field(f.name)
+            for f in removes.type
+        ],
+        fields=list(removes.type),
+        mask=pc.invert(removes.is_valid()),
+    )
+    table = table.set_column(table.schema.get_field_index("remove"), "remove", as_spark)
+    pq.write_table(table.replace_schema_metadata(None), path)
+
+    log.append([NewRecord(b"k", b"after")], config=CONFIG)
+    state = log.snapshot.state.checkpointed(base.version, base.names)
+    later_ms = int(time.time() * 1000) + 2 * HOUR_MS
+    settling = Settling(HOUR_MS, open_store(uri).delete_many)
+    written = write_checkpoint(logs, state, now_ms=later_ms, settling=settling)
+    assert written.files_deleted == 0
+    assert _on_disk(uri, merged | deleted) == merged | deleted
+    assert checkpoint_removes(uri, written.version) == merged | deleted
+
+
+@pytest.mark.parametrize(
+    ("history_ms", "later_ms", "settles"),
+    [
+        (HOUR_MS, 2 * HOUR_MS, True),
+        (3 * HOUR_MS, 2 * HOUR_MS, False),  # the topic keeps three hours of history
+        (0, 15 * 60_000, True),
+        (0, 5 * 60_000, False),  # never sooner than REMOVED_FILE_GRACE_MS
+    ],
+)
 def test_housekeeping_settles_merged_files_after_the_history_kept(
-    busy_table, monkeypatch, history_ms, settles
+    busy_table, monkeypatch, history_ms, later_ms, settles
 ):
     """The writer's housekeeping keeps rearranged files as long as the topic keeps history for
-    time travel (delta.log.retention.ms), then deletes them with its next checkpoint."""
+    time travel (delta.log.retention.ms, at least 10 minutes), then deletes them with its
+    next checkpoint."""
     uri, log = busy_table
     merged, _ = _rearranged_and_deleted(log.snapshot.state)
     monkeypatch.setattr(housekeeping, "CHECKPOINT_INTERVAL", 4)
-    two_hours_on_s = time.time() + 2 * HOUR_MS / 1000
-    monkeypatch.setattr(checkpoint, "time", SimpleNamespace(time=lambda: two_hours_on_s))
+    later_s = time.time() + later_ms / 1000
+    monkeypatch.setattr(checkpoint, "time", SimpleNamespace(time=lambda: later_s))
     log.housekeeping(history_ms)
     written = log._housekeeper.written
     assert written is not None and written.version == log.snapshot.table_version
