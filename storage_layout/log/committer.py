@@ -85,9 +85,19 @@ class LogCommitter:
 
     def catch_up(self) -> bool:
         """Follow the commits made since the snapshot (step_over_rearrangements); True if it
-        reloaded. Costs one existence check of the next commit when nothing moved."""
+        reloaded. Costs one existence check of the next commit when nothing moved, and a read
+        of `_last_checkpoint` when the snapshot was last known to be the latest longer ago
+        than half the log grace: the next commit may be missing because it was trimmed (a
+        follower idle past the history kept would otherwise stay on its version for good)."""
+        started = time.monotonic()
         try:
             if not log_commit.commit_exists(self.log, self.next_version):
+                if not self._known_latest_recently() and self.may_be_below_checkpoint(
+                    self.snapshot.table_version
+                ):
+                    self.reload()
+                    return True
+                self._latest_known_at = started  # no newer version then
                 return False
         except OSError as error:
             raise StorageUnavailable(f"Cannot read {self.table_uri}: {error}") from error
@@ -277,8 +287,7 @@ class LogCommitter:
             VisibleAfterReload: it is visible; the snapshot has been reloaded.
             VersionTaken: it is not: nothing was appended (the file is an orphan for vacuum).
         """
-        # Half the log grace: margin for the clocks of the nodes that trim the log.
-        if time.monotonic() - self._latest_known_at < housekeeping.LOG_GRACE_MS / 2000:
+        if self._known_latest_recently():
             # The version before ours was the latest within the last few seconds, so ours was
             # absent then; to be trimmed it must have existed for LOG_GRACE_MS: it was not.
             # Saves a read of `_last_checkpoint` per commit (a request on an object store).
@@ -292,6 +301,11 @@ class LogCommitter:
 
     def may_be_below_checkpoint(self, version: int) -> bool:
         return log_commit.may_be_below_checkpoint(self.log, version)
+
+    def _known_latest_recently(self) -> bool:
+        """Whether the snapshot was known to be the latest within half the log grace (margin
+        for the clocks of the nodes that trim the log): no commit after it can be gone yet."""
+        return time.monotonic() - self._latest_known_at < housekeeping.LOG_GRACE_MS / 2000
 
 
 def committed(snapshot: LogSnapshot, version: int, actions: list[dict]) -> LogSnapshot:

@@ -127,6 +127,26 @@ def test_a_writer_paused_past_the_log_trim_is_not_acknowledged(table_uri, monkey
     assert stale.append(one("s1"), config=CONFIG).base_offset == table.num_rows
 
 
+def test_a_follower_idle_past_the_log_trim_catches_up(table_uri, monkeypatch):
+    """A follower whose next version was trimmed while it was idle finds that version
+    missing; `_last_checkpoint` tells it the table moved on, so it reloads instead of staying
+    on its version for good."""
+    monkeypatch.setattr(housekeeping, "LOG_GRACE_MS", 0)
+    live = DeltaPartitionLog.open(table_uri)
+    live.append(one("v"), config=CONFIG)
+    follower = DeltaPartitionLog.open(table_uri)
+    assert follower.catch_up() is False  # nothing moved
+    for index in range(3 * housekeeping.CHECKPOINT_INTERVAL):
+        live.append(one(f"v{index}"), config=CONFIG)
+        if index % 50 == 49:
+            live.housekeeping()
+    next_commit = log_commit.commit_name(follower.snapshot.table_version + 1)
+    assert not os.path.exists(os.path.join(table_uri, "_delta_log", next_commit))
+    assert follower.catch_up() is True
+    assert follower.bounds() == live.bounds()
+    assert [f.path for f in follower.snapshot.files] == [f.path for f in live.snapshot.files]
+
+
 def test_a_statistics_rewrite_of_live_files_is_not_stepped_over(table_uri):
     """A dataChange=false add of a file that is already live (a stats recompute) is not a
     rearrangement: the writer reloads instead of indexing the file twice."""
