@@ -153,7 +153,9 @@ def test_validation_refuses_a_kafka_batch_whole(
     good = AvroSerializer(registry, ORDER_AVRO)(
         {"id": 1, "item": "a", "qty": None}, _context(topic_name)
     )
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 200, "retries": 0})
+    # One batch: a 2 s linger, so a stall of the loaded machine between the three produce()
+    # calls does not split it (200 ms did once in a full run).
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2000, "retries": 0})
     reports = []
     for value in (good, good, b"not framed"):
         producer.produce(topic_name, value=value, on_delivery=lambda e, m: reports.append(e))
