@@ -37,10 +37,12 @@ def stored(uri: str) -> list[tuple[int, bytes]]:
     return sorted(zip(*table.to_pydict().values(), strict=True))
 
 
-def run(log: DeltaPartitionLog, scenario):
+def run(log: DeltaPartitionLog, scenario, executor_type=ThreadPoolExecutor, **options):
     async def main():
-        with ThreadPoolExecutor(4) as executor:
-            writer = PartitionWriter(log, config=lambda: CONFIG, executor=executor, limits=LIMITS)
+        with executor_type(4) as executor:
+            writer = PartitionWriter(
+                log, config=lambda: CONFIG, executor=executor, limits=LIMITS, **options
+            )
             try:
                 return await scenario(writer)
             finally:
@@ -101,11 +103,42 @@ def test_the_next_file_is_written_while_a_commit_is_in_flight(table_uri, monkeyp
         release.set()
         return staged_meanwhile, await first, await second
 
-    staged_meanwhile, first, second = run(log, scenario)
+    # As on an object store: a lone group is staged, then committed, in two trips.
+    staged_meanwhile, first, second = run(log, scenario, alone_in_one_trip=False)
     assert staged_meanwhile, "the second group waited for the first commit"
     assert stages[1] is not None and stages[1].base_offset == 0  # planned after the first
     assert (first.base_offset, second.base_offset) == (0, 1)
     assert stored(table_uri) == [(0, b"a"), (1, b"b")]
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """A thread pool that counts the trips handed to it."""
+
+    trips = 0
+
+    def submit(self, *args, **kwargs):
+        CountingExecutor.trips += 1
+        return super().submit(*args, **kwargs)
+
+
+@pytest.mark.parametrize(("alone_in_one_trip", "trips_per_commit"), [(None, 1), (False, 2)])
+def test_a_lone_group_takes_one_trip_to_the_storage_threads_on_a_local_disk(
+    table_uri, alone_in_one_trip, trips_per_commit
+):
+    """A producer waiting for each acknowledgement: on a local disk each commit is one trip
+    (stage and commit together); pipelined, as on an object store, it is two."""
+    log = DeltaPartitionLog.open(table_uri)
+    commits = 20  # fewer than HOUSEKEEPING_EVERY_COMMITS: no housekeeping trip
+
+    async def one_at_a_time(writer):
+        CountingExecutor.trips = 0
+        return [await writer.submit(one(f"v{index}"), 1) for index in range(commits)]
+
+    options = {} if alone_in_one_trip is None else {"alone_in_one_trip": alone_in_one_trip}
+    acks = run(log, one_at_a_time, CountingExecutor, **options)
+    assert CountingExecutor.trips == commits * trips_per_commit
+    assert [ack.base_offset for ack in acks] == list(range(commits))
+    assert stored(table_uri) == [(i, f"v{i}".encode()) for i in range(commits)]
 
 
 def test_a_failed_commit_fails_only_its_group_and_the_next_is_planned_again(table_uri, monkeypatch):
