@@ -281,7 +281,8 @@ def _carried_tombstones(log: Store, state: TableState, cutoff_ms: int) -> list[p
         removes = _conformed(removes.filter(_still_counting(removes, superseded, cutoff_ms)))
         if (part.schema.metadata or {}).get(WRITER_KEY) != WRITER:
             # Spark writes every carried tombstone with dataChange=false: another engine's
-            # flags do not say which removes only rearranged records, so none settles.
+            # flags do not say which removes only rearranged records, so none settles (they
+            # are written as data changes from here on, and expire after the week).
             removes = _as_data_changes(removes)
         pieces.append(removes)
     return pieces
