@@ -172,7 +172,7 @@ class LogCommitter:
         """
         for _ in range(REARRANGEMENT_STEPS_MAX):
             merge = self.usable_merge()
-            rewrite = () if merge is None else merge.actions()
+            rewrite = () if merge is None else merge.actions(now_ms)
             actions = log_commit.append_actions(written.add, transactions, now_ms, rewrite)
             if metadata is not None:
                 actions.insert(1, {"metaData": metadata})
@@ -245,7 +245,7 @@ class LogCommitter:
             return 0
         self.pending.taken(merge)
         payload = log_commit.rewrite_commit(
-            add=merge.written.add, removes=list(merge.removes), timestamp_ms=now_ms
+            add=merge.written.add, removes=merge.removes_at(now_ms), timestamp_ms=now_ms
         )
         version = self.next_version
         if not self.put(version, payload):

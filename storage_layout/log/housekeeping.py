@@ -66,8 +66,13 @@ class PreparedMerge:
     removes: tuple[dict, ...]  # the remove actions of the files it replaces
     removed_paths: frozenset[str]
 
-    def actions(self) -> list[dict]:
-        return [*({"remove": r} for r in self.removes), {"add": self.written.add}]
+    def removes_at(self, now_ms: int) -> list[dict]:
+        """The remove actions, stamped with the commit's time: settling counts the grace of
+        a replaced file from when the table stopped listing it, not from the merge's start."""
+        return [{**remove, "deletionTimestamp": now_ms} for remove in self.removes]
+
+    def actions(self, now_ms: int) -> list[dict]:
+        return [*({"remove": r} for r in self.removes_at(now_ms)), {"add": self.written.add}]
 
 
 class Housekeeper:
@@ -136,8 +141,9 @@ class Housekeeper:
         if prepared is None:
             return 0
         merged, removed = prepared.written, set(prepared.removed_paths)
+        now_ms = int(time.time() * 1000)
         payload = log_commit.rewrite_commit(
-            add=merged.add, removes=list(prepared.removes), timestamp_ms=int(time.time() * 1000)
+            add=merged.add, removes=prepared.removes_at(now_ms), timestamp_ms=now_ms
         )
         version = snapshot.table_version + 1
         for _ in range(MERGE_STEPS_MAX):

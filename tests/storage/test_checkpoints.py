@@ -179,6 +179,22 @@ def test_files_merges_replaced_are_deleted_once_settled_and_their_tombstones_go(
     assert reopened.snapshot.high_watermark == log.snapshot.high_watermark
 
 
+def test_a_merges_removes_are_stamped_when_the_append_carrying_it_commits(tmp_path):
+    """Settling counts a replaced file's grace from when the table stopped listing it: the
+    merge housekeeping prepared is committed by the next append, with that append's time."""
+    uri = str(tmp_path / "topic" / "0")
+    DeltaPartitionLog.create(uri)
+    log = DeltaPartitionLog.open(uri)
+    for index in range(MERGE_FILES_MIN):
+        log.append([NewRecord(None, b"v%d" % index)], config=CONFIG)
+    assert log.housekeeping() >= MERGE_FILES_MIN  # the merged file is written, not committed
+    later_ms = int(time.time() * 1000) + 60_000
+    log.append([NewRecord(None, b"carrier")], config=CONFIG, now_ms=later_ms)
+    removes = [remove for _, remove in log.snapshot.state.tombstones.values()]
+    assert len(removes) >= MERGE_FILES_MIN
+    assert {remove["deletionTimestamp"] for remove in removes} == {later_ms}
+
+
 def test_a_failed_delete_keeps_the_tombstones_and_still_checkpoints(busy_table):
     """A file that cannot be deleted (a role without delete rights, an object lock) keeps its
     tombstone, and the checkpoint is written all the same (the log must still be trimmed);
