@@ -27,6 +27,7 @@ from typing import Any
 
 from api.core import metrics
 from api.core.errors import BrokerShuttingDown, NotLeader
+from storage_layout import paths
 from storage_layout.errors import AppendConflict, LeadershipConflict, ProducerFenced
 from storage_layout.log import DeltaPartitionLog
 from storage_layout.log.arrow_records import concat_records
@@ -144,7 +145,7 @@ class PartitionWriter:
         # file is written too fast for the overlap to be worth a second trip; an object
         # store's writer keeps overlapping (a group arriving meanwhile writes its file).
         if alone_in_one_trip is None:
-            alone_in_one_trip = log.on_local_disk
+            alone_in_one_trip = paths.is_local(log.table_uri)
         self._alone_in_one_trip = alone_in_one_trip
         self.deposed = False  # set when another node took the partition: the writer is done
         self._can_write = can_write

@@ -278,22 +278,13 @@ def _carried_tombstones(log: Store, state: TableState, cutoff_ms: int) -> list[p
         removes = removes.filter(removes.is_valid())
         if not len(removes):
             continue
-        removes = _conformed(removes.filter(_still_counting(removes, superseded, cutoff_ms)))
-        if (part.schema.metadata or {}).get(WRITER_KEY) != WRITER:
-            # Spark writes every carried tombstone with dataChange=false: another engine's
-            # flags do not say which removes only rearranged records, so none settles (they
-            # are written as data changes from here on, and expire after the week).
-            removes = _as_data_changes(removes)
-        pieces.append(removes)
+        # Spark writes every carried tombstone with dataChange=false: another engine's flags
+        # do not say which removes only rearranged records, so none settles (they are written
+        # as data changes from here on, and expire after the week).
+        ours = (part.schema.metadata or {}).get(WRITER_KEY) == WRITER
+        kept = removes.filter(_still_counting(removes, superseded, cutoff_ms))
+        pieces.append(_conformed(kept, trust_data_change=ours))
     return pieces
-
-
-def _as_data_changes(removes: pa.StructArray) -> pa.StructArray:
-    children = [
-        pa.repeat(True, len(removes)) if f.name == "dataChange" else removes.field(f.name)
-        for f in _REMOVE
-    ]
-    return pa.StructArray.from_arrays(children, fields=list(_REMOVE), mask=None)
 
 
 def _still_counting(removes: pa.StructArray, superseded: set[str], cutoff_ms: int) -> pa.Array:
@@ -318,14 +309,19 @@ def _decoded(paths: pa.Array) -> pa.Array:
     return pa.array([file_path({"path": p}) for p in paths.to_pylist()], pa.string())
 
 
-def _conformed(removes: pa.StructArray) -> pa.StructArray:
+def _conformed(removes: pa.StructArray, *, trust_data_change: bool = True) -> pa.StructArray:
     """`removes` with exactly _REMOVE's fields (another writer's checkpoint may have fewer,
-    more, or other types)."""
+    more, or other types); without `trust_data_change`, every one a data change."""
     present = {removes.type.field(i).name for i in range(removes.type.num_fields)}
-    children = [
-        removes.field(f.name).cast(f.type) if f.name in present else pa.nulls(len(removes), f.type)
-        for f in _REMOVE
-    ]
+
+    def child(field: pa.Field) -> pa.Array:
+        if field.name == "dataChange" and not trust_data_change:
+            return pa.repeat(True, len(removes))
+        if field.name in present:
+            return removes.field(field.name).cast(field.type)
+        return pa.nulls(len(removes), field.type)
+
+    children = [child(f) for f in _REMOVE]
     return pa.StructArray.from_arrays(children, fields=list(_REMOVE), mask=None)
 
 

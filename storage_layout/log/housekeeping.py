@@ -63,13 +63,15 @@ class PreparedMerge:
     actions with its next append (one commit, no race with the appends for a version)."""
 
     written: WrittenFile  # the merged file; its add has dataChange=false
-    removes: tuple[dict, ...]  # the remove actions of the files it replaces
+    replaced: tuple[DataFile, ...]  # the files it replaces
     removed_paths: frozenset[str]
 
     def removes_at(self, now_ms: int) -> list[dict]:
-        """The remove actions, stamped with the commit's time: settling counts the grace of
-        a replaced file from when the table stopped listing it, not from the merge's start."""
-        return [{**remove, "deletionTimestamp": now_ms} for remove in self.removes]
+        """The replaced files' remove actions, stamped with the commit's time: settling counts
+        a replaced file's grace from when the table stopped listing it."""
+        return [
+            log_commit.remove_action(f.path, f.segment, f.size_bytes, now_ms) for f in self.replaced
+        ]
 
     def actions(self, now_ms: int) -> list[dict]:
         return [*({"remove": r} for r in self.removes_at(now_ms)), {"add": self.written.add}]
@@ -120,11 +122,7 @@ class Housekeeper:
         table = pa.concat_tables(self._run_tables(snapshot, run))
         oldest_ms = min(f.modification_time_ms for f in run)
         merged = write_data_file(self._store, table, run[0].segment, oldest_ms, data_change=False)
-        now_ms = int(time.time() * 1000)
-        removes = tuple(
-            log_commit.remove_action(f.path, f.segment, f.size_bytes, now_ms) for f in run
-        )
-        return PreparedMerge(merged, removes, frozenset(f.path for f in run))
+        return PreparedMerge(merged, tuple(run), frozenset(f.path for f in run))
 
     def merge_small_files(
         self, snapshot: LogSnapshot, held: Leadership | None, head: Head = None

@@ -234,12 +234,6 @@ class DeltaPartitionLog:
         stable = self.last_stable_offset(snapshot)
         return PartitionBounds(snapshot.log_start_offset, snapshot.high_watermark, stable)
 
-    @property
-    def on_local_disk(self) -> bool:
-        """Whether the table is on a local disk, where a data file is written in well under a
-        millisecond (on an object store it is a request of tens)."""
-        return self._store.kind.startswith("local")
-
     def size_bytes(self) -> int:
         """The Parquet bytes of the partition's live data files (no I/O)."""
         return sum(f.size_bytes for f in self._committer.snapshot.files)
