@@ -98,7 +98,10 @@ def _codecs(records: pa.Table, compression_type: str) -> pa.Array | int:
         return CODECS.index(compression_type)
     if COMPRESSION_COLUMN not in records.column_names:
         return 0
-    column = pc.fill_null(records.column(COMPRESSION_COLUMN), 0)
+    column = records.column(COMPRESSION_COLUMN)
+    if column.null_count == len(column):  # none came compressed: no compute call (~50 us)
+        return 0
+    column = pc.fill_null(column, 0)
     bounds = pc.min_max(column)
     if bounds["min"] == bounds["max"]:  # the usual case: found without a Python list
         return bounds["min"].as_py() or 0

@@ -185,6 +185,24 @@ def test_bytes_max_limits_but_returns_at_least_one_record(table_uri):
     assert log.read(from_offset=5, records_max=10, bytes_max=10**6).records.num_rows == 0
 
 
+def test_bytes_max_counts_keys_and_values_across_many_commits(table_uri):
+    """A read from the in-memory tail spanning many commits (a chunk each, more than the
+    Python sum takes) and a cold read of the same offsets stop at the same record: the one
+    whose key and value bytes (nulls count nothing) pass bytes_max."""
+    writer = DeltaPartitionLog.open(table_uri)
+    key, value = b"k" * 10, b"v" * 20
+    for _ in range(30):  # each commit: 10 + 0 bytes, then 0 + 20, then 10 + 20
+        writer.append(
+            [NewRecord(key, None), NewRecord(None, value), NewRecord(key, value)], config=CONFIG
+        )
+    cold = DeltaPartitionLog.open(table_uri)
+    for log in (writer, cold):
+        # 60 bytes a commit: 1 000 bytes hold 16 commits and the next one's 10 + 20 bytes.
+        read = log.read(from_offset=0, records_max=1000, bytes_max=1000).records
+        assert read.num_rows == 16 * 3 + 2
+        assert log.read(from_offset=4, records_max=1000, bytes_max=50).records.num_rows == 2
+
+
 def test_headers_timestamps_and_log_append_time(table_uri):
     """Headers (null when absent), CreateTime from the producer, LogAppendTime by config."""
     log = DeltaPartitionLog.open(table_uri)
