@@ -32,6 +32,24 @@ class NewRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class NamedSchemas:
+    """What a decoder saw of the registered schemas a batch's records may name (Confluent's
+    wire format, FORMAT.md §17): the distinct ids the keys' and the values' prefixes name
+    (None: too many to list), and whether any record has headers (a header may name one)."""
+
+    key_ids: frozenset[int] | None
+    value_ids: frozenset[int] | None
+    headers: bool
+
+    def ids(self, *, is_key: bool) -> frozenset[int] | None:
+        return self.key_ids if is_key else self.value_ids
+
+    def any(self) -> bool:
+        """Whether any record may name a schema."""
+        return self.headers or self.key_ids != frozenset() or self.value_ids != frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class RecordColumns:
     """Records to append as Arrow columns (schema.NEW_RECORDS_SCHEMA), as a Kafka batch is
     decoded: no Python object per record on the produce path. `size_bytes` counts as
@@ -45,12 +63,17 @@ class RecordColumns:
     # The codec each record's Kafka batch was compressed with (int8, FORMAT.md §18), one per
     # record; None when none was.
     compression: pa.Array | None = None
-    # False only when the decoder saw that no key or value starts with Confluent's wire-format
-    # prefix and no record has headers: then none can name a registered schema.
-    may_name_schemas: bool = True
+    # What the decoder saw of the schemas the records may name; None: it did not look.
+    named: NamedSchemas | None = None
 
     def __len__(self) -> int:
         return self.table.num_rows
+
+    @property
+    def may_name_schemas(self) -> bool:
+        """False only when the decoder saw that no key or value starts with Confluent's
+        wire-format prefix and no record has headers: then none can name a schema."""
+        return self.named is None or self.named.any()
 
     def to_records(self) -> list[NewRecord]:
         """Record by record, for the paths that need objects (forwarding, JSON). Not

@@ -11,7 +11,7 @@ from __future__ import annotations
 import lakelog_native
 import pyarrow as pa
 
-from storage_layout.records import RecordColumns
+from storage_layout.records import NamedSchemas, RecordColumns
 from storage_layout.schema import HEADER_TYPE, HEADERS_TYPE, NEW_RECORDS_SCHEMA
 
 _INT32_BYTES = 4
@@ -23,8 +23,8 @@ def decode_records(body, count: int, base_timestamp_ms: int) -> RecordColumns:
     Raises:
         ValueError: a record is malformed (the message says how).
     """
-    size_bytes, timestamps, keys, values, headers, prefixed = lakelog_native.decode_records(
-        body, count, base_timestamp_ms
+    size_bytes, timestamps, keys, values, headers, key_ids, value_ids = (
+        lakelog_native.decode_records(body, count, base_timestamp_ms)
     )
     columns = [
         pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(timestamps)]),
@@ -34,9 +34,13 @@ def decode_records(body, count: int, base_timestamp_ms: int) -> RecordColumns:
     ]
     table = pa.Table.from_arrays(columns, schema=NEW_RECORDS_SCHEMA)
     # A schema is named by a wire-format prefix or a header: with neither, typed columns
-    # and schema lookups are skipped (TypedRecords.attach).
-    may_name_schemas = prefixed or columns[3].null_count < count
-    return RecordColumns(table, size_bytes, may_name_schemas=may_name_schemas)
+    # and schema lookups are skipped, and only the ids listed are looked up (TypedRecords).
+    named = NamedSchemas(_ids(key_ids), _ids(value_ids), columns[3].null_count < count)
+    return RecordColumns(table, size_bytes, named=named)
+
+
+def _ids(listed: list[int] | None) -> frozenset[int] | None:
+    return None if listed is None else frozenset(listed)
 
 
 def encode_records(records: pa.Table, start: int, stop: int) -> tuple[bytes, int, int, int, int]:

@@ -24,17 +24,46 @@ pub struct DecodedRecords {
     pub header_values: BinaryColumn,
     /// Key, value, header key and header value bytes, as Kafka counts a batch's size.
     pub size_bytes: u64,
-    /// Whether a key or value starts as Confluent's wire format does (a zero byte and a
-    /// 4-byte schema id): only then can a record without headers name a registered schema.
-    pub schema_prefixed: bool,
+    /// The schema ids the keys and the values name by Confluent's wire-format prefix (a zero
+    /// byte and a 4-byte id): only those can a record without headers name.
+    pub key_schema_ids: SchemaIds,
+    pub value_schema_ids: SchemaIds,
 }
 
 /// Confluent's wire-format prefix: the magic byte 0 and a 4-byte schema id (the rule
 /// storage_layout/schemas/wire.py `from_prefix` reads; keep the two alike).
 const SCHEMA_PREFIX_BYTES: usize = 5;
+/// Distinct ids listed per column; past this many the column's are not listed at all.
+const SCHEMA_IDS_LISTED_MAX: usize = 16;
 
-fn schema_prefixed(bytes: Option<&[u8]>) -> bool {
-    matches!(bytes, Some(b) if b.len() >= SCHEMA_PREFIX_BYTES && b[0] == 0)
+/// The distinct schema ids one column's prefixes name, in order of first sight.
+#[derive(Default)]
+pub struct SchemaIds {
+    ids: Vec<u32>,
+    overflowed: bool,
+}
+
+impl SchemaIds {
+    fn note(&mut self, bytes: Option<&[u8]>) {
+        let Some(b) = bytes else { return };
+        if b.len() < SCHEMA_PREFIX_BYTES || b[0] != 0 || self.overflowed {
+            return;
+        }
+        let id = u32::from_be_bytes([b[1], b[2], b[3], b[4]]);
+        if self.ids.contains(&id) {
+            return;
+        }
+        if self.ids.len() == SCHEMA_IDS_LISTED_MAX {
+            self.overflowed = true;
+        } else {
+            self.ids.push(id);
+        }
+    }
+
+    /// The ids, or None when there were too many to list.
+    pub fn listed(&self) -> Option<&[u32]> {
+        (!self.overflowed).then_some(self.ids.as_slice())
+    }
 }
 
 pub fn decode(data: &[u8], count: usize, base_timestamp_ms: i64) -> Result<DecodedRecords, String> {
@@ -48,7 +77,8 @@ pub fn decode(data: &[u8], count: usize, base_timestamp_ms: i64) -> Result<Decod
         header_keys: BinaryColumn::with_capacity(0, 0),
         header_values: BinaryColumn::with_capacity(0, 0),
         size_bytes: 0,
-        schema_prefixed: false,
+        key_schema_ids: SchemaIds::default(),
+        value_schema_ids: SchemaIds::default(),
     };
     let mut position = 0usize;
     for _ in 0..count {
@@ -88,7 +118,8 @@ fn decode_record(
     out.size_bytes += out.keys.push(key) as u64;
     let value = read_bytes(record, &mut position)?;
     out.size_bytes += out.values.push(value) as u64;
-    out.schema_prefixed |= schema_prefixed(key) || schema_prefixed(value);
+    out.key_schema_ids.note(key);
+    out.value_schema_ids.note(value);
     let header_count = read_varint(record, &mut position)?;
     if header_count < 0 {
         return Err(format!("record header count {header_count} is negative"));

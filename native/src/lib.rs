@@ -25,10 +25,11 @@ const _: () = assert!(cfg!(target_endian = "little"));
 
 /// Decode `count` records of a (decompressed) records section.
 ///
-/// Returns (size_bytes, timestamps_ms, keys, values, headers, schema_prefixed): timestamps as
-/// int64 bytes; keys and values as (offsets, data, validity or None, null_count); headers as
-/// (list_offsets, list_validity or None, list_null_count, header_keys, header_values);
-/// schema_prefixed whether a key or value starts with Confluent's wire-format prefix.
+/// Returns (size_bytes, timestamps_ms, keys, values, headers, key_schema_ids,
+/// value_schema_ids): timestamps as int64 bytes; keys and values as (offsets, data, validity
+/// or None, null_count); headers as (list_offsets, list_validity or None, list_null_count,
+/// header_keys, header_values); the distinct schema ids keys and values name by Confluent's
+/// wire-format prefix (a list, or None when there were too many to list).
 #[pyfunction]
 fn decode_records<'py>(
     py: Python<'py>,
@@ -52,7 +53,8 @@ fn decode_records<'py>(
         binary_tuple(py, &decoded.keys)?,
         binary_tuple(py, &decoded.values)?,
         headers,
-        decoded.schema_prefixed,
+        decoded.key_schema_ids.listed(),
+        decoded.value_schema_ids.listed(),
     )
         .into_pyobject(py)
 }

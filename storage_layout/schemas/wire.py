@@ -12,6 +12,8 @@ from dataclasses import dataclass
 MAGIC_ID, MAGIC_GUID = 0, 1
 KEY_HEADER, VALUE_HEADER = "__key_schema_id", "__value_schema_id"
 INDEXES_MAX = 100_000
+# A registry gives ids from 1 (ids are int32): a prefix naming another can name no schema.
+SCHEMA_ID_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +24,10 @@ class SchemaRef:
     guid: str | None
     message_indexes: tuple[int, ...]
     payload_at: int  # the payload's offset in the key or value
+
+
+def may_be_schema_id(schema_id: int) -> bool:
+    return 0 < schema_id <= SCHEMA_ID_MAX
 
 
 def header_name(*, is_key: bool) -> str:
