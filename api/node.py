@@ -54,7 +54,11 @@ from storage_layout.meta.group_configs import GroupConfigStore
 from storage_layout.meta.share_states import ShareStates
 from storage_layout.meta.transaction_state import TransactionStateStore
 
-LOCAL_IO_THREADS = 8
+# On a local disk the storage threads' work is mostly Python (a commit's file and log entry
+# take well under a millisecond of I/O), so more threads only hand the GIL over more often:
+# 1 000 partitions taken at once cost 5.8-6.1 ms of CPU each with 8 threads, 3.5-4.6 with 2
+# (BENCHMARKS.md). On an object store each thread mostly waits on a request.
+LOCAL_IO_THREADS = 2
 OBJECT_STORE_IO_THREADS = 64
 SHARE_EXPIRY_INTERVAL_S = 1.0  # how often share group members' sessions are checked
 
@@ -232,6 +236,8 @@ class Node:
             config_of=topics.config_of,
             fenced=not settings.unsafe_disable_fencing,
             fault_point=settings.fault_point,
+            # A thread is always left for produces and fetches.
+            housekeeping_slots=max(1, io_threads(settings) - 1),
         )
         metrics.PARTITIONS_LED.set_function(leaders.led_count)
         return leaders

@@ -59,8 +59,13 @@ class Leaders:
         config_of: Callable[[str], TopicConfig],
         fenced: bool = True,
         fault_point: str | None = None,
+        housekeeping_slots: int | None = None,
     ) -> None:
         self._fenced = fenced
+        # Housekeeping passes of all the node's writers running at once (None: no bound).
+        self._housekeeping_slots = (
+            None if housekeeping_slots is None else asyncio.Semaphore(housekeeping_slots)
+        )
         self._fault_point = fault_point
         self._root = root
         self._cluster = cluster
@@ -197,6 +202,7 @@ class Leaders:
             can_write=self._cluster.can_lead if self._fenced else lambda: True,
             fault_point=self._fault_point,
             topic=topic,
+            housekeeping_slots=self._housekeeping_slots,
         )
         self._writers[key] = writer
         self._last_read[key] = self.node_id

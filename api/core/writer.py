@@ -17,6 +17,7 @@ blocking Delta commit runs on the shared executor, one commit at a time per part
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -137,6 +138,7 @@ class PartitionWriter:
         can_write: Callable[[], bool] = lambda: True,
         topic: str = "",
         alone_in_one_trip: bool | None = None,
+        housekeeping_slots: asyncio.Semaphore | None = None,
     ) -> None:
         self.log = log
         self.topic = topic  # the metrics' label
@@ -163,6 +165,8 @@ class PartitionWriter:
         self._expired_at_ms = 0  # when idle producers were last forgotten
         self._housekeeping_started = 0.0  # time.monotonic() of the last housekeeping start
         self._housekeeping: asyncio.Future | None = None
+        # Shared by the node's writers: housekeeping passes running at once (None: no bound).
+        self._housekeeping_slots = housekeeping_slots
         self._catch_up_requested = False
         self._catch_up_asked_at = 0.0  # time.monotonic() of the last request
         self._last_arrival = 0.0  # time.monotonic() of the last submit
@@ -617,6 +621,14 @@ class PartitionWriter:
         self._wake_fetchers()
         self._maybe_start_housekeeping()
 
+    async def _housekeep(self, history_ms: int) -> None:
+        """One housekeeping pass in the storage threads, once a slot is free: the node's
+        passes never take every thread, so a produce never waits behind checkpoints."""
+        loop = asyncio.get_running_loop()
+        slots = self._housekeeping_slots or contextlib.nullcontext()
+        async with slots:
+            await loop.run_in_executor(self._executor, self.log.housekeeping, history_ms)
+
     def _maybe_start_housekeeping(self) -> None:
         """Every HOUSEKEEPING_EVERY_COMMITS commits (and HOUSEKEEPING_INTERVAL_MS, or sooner
         when the log says half its in-memory tail turned over since the last pass), merge small
@@ -635,9 +647,8 @@ class PartitionWriter:
         self._commits_since_housekeeping = 0
         self._expired_at_ms = 0  # when idle producers were last forgotten
         self._housekeeping_started = time.monotonic()
-        loop = asyncio.get_running_loop()
         history_ms = self._config().delta_log_retention_ms
-        self._housekeeping = loop.run_in_executor(self._executor, self.log.housekeeping, history_ms)
+        self._housekeeping = asyncio.ensure_future(self._housekeep(history_ms))
         self._housekeeping.add_done_callback(_report_housekeeping_failure)
         self._housekeeping.add_done_callback(
             lambda _: self._wakeup.set()

@@ -361,3 +361,59 @@ def test_housekeeping_comes_early_when_the_tail_turns_over(tmp_path, monkeypatch
     run(log, scenario)
     assert len(log.snapshot.files) < 3 * MERGE_FILES_MIN  # merged as they came, not once
     assert [offset for offset, _ in stored(uri)] == list(range(commits))
+
+
+def test_the_nodes_housekeeping_passes_share_their_slots(tmp_path):
+    """Writers sharing one housekeeping slot never housekeep at once (the node keeps a storage
+    thread for produces), and every pass still runs: each partition gets its merge."""
+    logs = []
+    for partition in range(3):
+        uri = str(tmp_path / "t" / str(partition))
+        DeltaPartitionLog.create(uri)
+        logs.append(DeltaPartitionLog.open(uri))
+    running, overlaps, passes = [0], [], []
+    lock = threading.Lock()
+
+    def observed(log: DeltaPartitionLog):
+        housekeeping = log.housekeeping
+
+        def wrapped(*args):
+            with lock:
+                running[0] += 1
+                overlaps.append(running[0])
+            try:
+                threading.Event().wait(0.05)  # long enough for the others to try
+                return housekeeping(*args)
+            finally:
+                with lock:
+                    running[0] -= 1
+                passes.append(log.table_uri)
+
+        log.housekeeping = wrapped
+
+    for log in logs:
+        observed(log)
+
+    async def main():
+        slots = asyncio.Semaphore(1)
+        with ThreadPoolExecutor(4) as executor:
+            writers = [
+                PartitionWriter(
+                    log,
+                    config=lambda: CONFIG,
+                    executor=executor,
+                    limits=LIMITS,
+                    housekeeping_slots=slots,
+                )
+                for log in logs
+            ]
+            try:
+                for index in range(HOUSEKEEPING_EVERY_COMMITS):
+                    await asyncio.gather(*(w.submit(one(f"v{index}"), 1) for w in writers))
+            finally:
+                for writer in writers:
+                    await writer.close()
+
+    asyncio.run(main())
+    assert sorted(passes) == sorted(log.table_uri for log in logs)
+    assert max(overlaps) == 1
