@@ -89,7 +89,11 @@ class Node:
         self.settings = settings
         store.configure(settings.storage_options)
         self.root = paths.normalize_root(settings.data_dir)
-        self._executor = ThreadPoolExecutor(io_threads(settings), thread_name_prefix="lakelog-io")
+        threads = io_threads(settings)
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="lakelog-io")
+        # Background work (housekeeping passes, scheduled job units) never takes every
+        # storage thread: one is always left for produces and fetches.
+        self._background_slots = asyncio.Semaphore(max(1, threads - 1))
         self.security = SecurityState(settings)  # one for every front-end: keys, ACLs, quotas
         self.lag_history = LagHistory(
             interval_ms=settings.lag_sample_interval_ms,
@@ -104,6 +108,11 @@ class Node:
         event loop)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: function(*args, **kwargs))
+
+    async def _background_blocking(self, function, *args, **kwargs):
+        """`blocking` for background work, once one of its slots is free."""
+        async with self._background_slots:
+            return await self.blocking(function, *args, **kwargs)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: object = None) -> AsyncIterator[None]:
@@ -236,8 +245,7 @@ class Node:
             config_of=topics.config_of,
             fenced=not settings.unsafe_disable_fencing,
             fault_point=settings.fault_point,
-            # A thread is always left for produces and fetches.
-            housekeeping_slots=max(1, io_threads(settings) - 1),
+            housekeeping_slots=self._background_slots,
         )
         metrics.PARTITIONS_LED.set_function(leaders.led_count)
         return leaders
@@ -326,7 +334,7 @@ class Node:
             node_id=cluster.node_id,
             topics=topics.list_all,
             preferred=cluster.preferred,
-            blocking=self.blocking,
+            blocking=self._background_blocking,
             committed=committed,
         )
         self._start_task(jobs.run_forever())

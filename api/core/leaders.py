@@ -59,13 +59,11 @@ class Leaders:
         config_of: Callable[[str], TopicConfig],
         fenced: bool = True,
         fault_point: str | None = None,
-        housekeeping_slots: int | None = None,
+        housekeeping_slots: asyncio.Semaphore | None = None,
     ) -> None:
         self._fenced = fenced
-        # Housekeeping passes of all the node's writers running at once (None: no bound).
-        self._housekeeping_slots = (
-            None if housekeeping_slots is None else asyncio.Semaphore(housekeeping_slots)
-        )
+        # Bounds the housekeeping passes of all the node's writers running at once.
+        self._housekeeping_slots = housekeeping_slots
         self._fault_point = fault_point
         self._root = root
         self._cluster = cluster
