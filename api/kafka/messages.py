@@ -19,11 +19,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
-from kio.index import load_request_schema, load_response_schema
+from kio import index
 from kio.serial import entity_reader, entity_writer
 
 _HEADER_START = struct.Struct(">hhi")  # api key, api version, correlation id
 _TIMEDELTA_TYPES = {"timedelta_i32", "timedelta_i64"}
+
+# kio resolves a message class by its import path on every call (pkgutil.resolve_name, two a
+# request); the classes never change.
+load_request_schema = cache(index.load_request_schema)
+load_response_schema = cache(index.load_response_schema)
 
 
 class MalformedRequest(ValueError):
