@@ -57,9 +57,11 @@ from storage_layout.meta.transaction_state import TransactionStateStore
 
 # On a local disk the storage threads' work is mostly Python (a commit's file and log entry
 # take well under a millisecond of I/O), so more threads only hand the GIL over more often:
-# 1 000 partitions taken at once cost 5.8-6.1 ms of CPU each with 8 threads, 3.5-4.6 with 2
-# (BENCHMARKS.md). On an object store each thread mostly waits on a request.
+# 1 000 partitions taken at once cost 5.5-6.9 ms of CPU each with 8 threads, 3.3-4.7 with 2
+# (BENCHMARKS.md). On an object store, and on a mount that commits by exclusive create (FUSE,
+# such as Unity Catalog Volumes: each operation a round trip), a thread mostly waits.
 LOCAL_IO_THREADS = 2
+MOUNT_IO_THREADS = 8
 OBJECT_STORE_IO_THREADS = 64
 SHARE_EXPIRY_INTERVAL_S = 1.0  # how often share group members' sessions are checked
 
@@ -79,8 +81,11 @@ def io_threads(settings: Settings) -> int:
     """The storage threads (Settings.io_threads): as set, else by the kind of root."""
     if settings.io_threads is not None:
         return settings.io_threads
-    on_object_store = store.store_kind(settings.data_dir) is not None
-    return OBJECT_STORE_IO_THREADS if on_object_store else LOCAL_IO_THREADS
+    if store.store_kind(settings.data_dir) is not None:
+        return OBJECT_STORE_IO_THREADS
+    if isinstance(store.open_store(settings.data_dir), store.ExclusiveCreateStore):
+        return MOUNT_IO_THREADS
+    return LOCAL_IO_THREADS
 
 
 class Node:
