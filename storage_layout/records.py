@@ -33,20 +33,14 @@ class NewRecord:
 
 @dataclass(frozen=True, slots=True)
 class NamedSchemas:
-    """What a decoder saw of the registered schemas a batch's records may name (Confluent's
-    wire format, FORMAT.md §17): the distinct ids the keys' and the values' prefixes name
-    (None: too many to list), and whether any record has headers (a header may name one)."""
+    """The registered schemas a batch's keys and values may name by Confluent's wire-format
+    prefix (FORMAT.md §17), as a decoder saw them: the distinct ids (None: too many to list)."""
 
     key_ids: frozenset[int] | None
     value_ids: frozenset[int] | None
-    headers: bool
 
     def ids(self, *, is_key: bool) -> frozenset[int] | None:
         return self.key_ids if is_key else self.value_ids
-
-    def any(self) -> bool:
-        """Whether any record may name a schema."""
-        return self.headers or self.key_ids != frozenset() or self.value_ids != frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +66,11 @@ class RecordColumns:
     @property
     def may_name_schemas(self) -> bool:
         """False only when the decoder saw that no key or value starts with Confluent's
-        wire-format prefix and no record has headers: then none can name a schema."""
-        return self.named is None or self.named.any()
+        wire-format prefix and no record has headers (a header may name a schema too)."""
+        named = self.named
+        if named is None or self.table.column("headers").null_count < len(self):
+            return True
+        return named.key_ids != frozenset() or named.value_ids != frozenset()
 
     def to_records(self) -> list[NewRecord]:
         """Record by record, for the paths that need objects (forwarding, JSON). Not

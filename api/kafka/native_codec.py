@@ -35,8 +35,7 @@ def decode_records(body, count: int, base_timestamp_ms: int) -> RecordColumns:
     table = pa.Table.from_arrays(columns, schema=NEW_RECORDS_SCHEMA)
     # A schema is named by a wire-format prefix or a header: with neither, typed columns
     # and schema lookups are skipped, and only the ids listed are looked up (TypedRecords).
-    named = NamedSchemas(_ids(key_ids), _ids(value_ids), columns[3].null_count < count)
-    return RecordColumns(table, size_bytes, named=named)
+    return RecordColumns(table, size_bytes, named=NamedSchemas(_ids(key_ids), _ids(value_ids)))
 
 
 def _ids(listed: list[int] | None) -> frozenset[int] | None:

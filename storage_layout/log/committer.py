@@ -244,9 +244,7 @@ class LogCommitter:
         if merge is None:
             return 0
         self.pending.taken(merge)
-        payload = log_commit.rewrite_commit(
-            add=merge.written.add, removes=merge.removes_at(now_ms), timestamp_ms=now_ms
-        )
+        payload = merge.commit_on_its_own(now_ms)
         version = self.next_version
         if not self.put(version, payload):
             self.pending.discard(merge)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -64,7 +64,10 @@ class PreparedMerge:
 
     written: WrittenFile  # the merged file; its add has dataChange=false
     replaced: tuple[DataFile, ...]  # the files it replaces
-    removed_paths: frozenset[str]
+    removed_paths: frozenset[str] = field(init=False)  # theirs, for membership tests
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "removed_paths", frozenset(f.path for f in self.replaced))
 
     def removes_at(self, now_ms: int) -> list[dict]:
         """The replaced files' remove actions, stamped with the commit's time: settling counts
@@ -74,7 +77,14 @@ class PreparedMerge:
         ]
 
     def actions(self, now_ms: int) -> list[dict]:
+        """Its actions, to ride on an append's commit."""
         return [*({"remove": r} for r in self.removes_at(now_ms)), {"add": self.written.add}]
+
+    def commit_on_its_own(self, now_ms: int) -> bytes:
+        """A commit of the merge alone (no append to ride on)."""
+        return log_commit.rewrite_commit(
+            add=self.written.add, removes=self.removes_at(now_ms), timestamp_ms=now_ms
+        )
 
 
 class Housekeeper:
@@ -122,7 +132,7 @@ class Housekeeper:
         table = pa.concat_tables(self._run_tables(snapshot, run))
         oldest_ms = min(f.modification_time_ms for f in run)
         merged = write_data_file(self._store, table, run[0].segment, oldest_ms, data_change=False)
-        return PreparedMerge(merged, tuple(run), frozenset(f.path for f in run))
+        return PreparedMerge(merged, tuple(run))
 
     def merge_small_files(
         self, snapshot: LogSnapshot, held: Leadership | None, head: Head = None
@@ -139,10 +149,7 @@ class Housekeeper:
         if prepared is None:
             return 0
         merged, removed = prepared.written, set(prepared.removed_paths)
-        now_ms = int(time.time() * 1000)
-        payload = log_commit.rewrite_commit(
-            add=merged.add, removes=prepared.removes_at(now_ms), timestamp_ms=now_ms
-        )
+        payload = prepared.commit_on_its_own(int(time.time() * 1000))
         version = snapshot.table_version + 1
         for _ in range(MERGE_STEPS_MAX):
             version = _past_the_head(version, removed, head)

@@ -37,7 +37,6 @@ from storage_layout.store import Store
 _READ_COLUMNS = list(TRANSACTIONAL_RECORD_COLUMNS)
 # Tables are immutable: one empty table per read schema serves every read that finds nothing.
 _EMPTY_READ = READ_SCHEMA.empty_table()
-_NO_TRANSACTIONAL_ROWS = _EMPTY_READ.select(list(INDEX_COLUMNS))
 _EMPTY_PLAIN_READ = PLAIN_READ_SCHEMA.empty_table()
 
 
@@ -162,8 +161,8 @@ def transactional_rows_from(store: Store, snapshot: LogSnapshot, from_offset: in
         if table is None:
             table = read_columns(store, data_file, list(INDEX_COLUMNS))
         tables.append(transactional_rows(table, from_offset))
-    if not tables:  # the common case: filtering an empty table costs five compute calls
-        return _NO_TRANSACTIONAL_ROWS
+    if not tables:
+        return transactional_rows(_EMPTY_READ, from_offset)
     return pa.concat_tables(tables)
 
 

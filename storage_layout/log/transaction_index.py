@@ -87,6 +87,8 @@ def aborted_mask(records: pa.Table, aborted: Iterable[AbortedTransaction]) -> pa
 def transactional_rows(table: pa.Table, from_offset: int) -> pa.Table:
     """The INDEX_COLUMNS of `table`'s transactional rows at or above `from_offset`."""
     table = table.select(list(INDEX_COLUMNS))
+    if not table.num_rows:  # (a partition without transactions: no compute calls)
+        return table
     keep = pc.and_(
         pc.fill_null(table.column("transactional"), False),
         pc.greater_equal(table.column("offset"), from_offset),
