@@ -12,6 +12,7 @@ from dataclasses import dataclass
 MAGIC_ID, MAGIC_GUID = 0, 1
 KEY_HEADER, VALUE_HEADER = "__key_schema_id", "__value_schema_id"
 INDEXES_MAX = 100_000
+PREFIX_BYTES = 5  # the magic byte and the id
 # A registry gives ids from 1 (ids are int32): a prefix naming another can name no schema.
 SCHEMA_ID_MAX = 2**31 - 1
 
@@ -36,7 +37,7 @@ def header_name(*, is_key: bool) -> str:
 
 def from_prefix(data: bytes, *, protobuf: bool) -> SchemaRef | None:
     """The schema a prefixed key or value names, or None when it has no prefix."""
-    if len(data) < 5 or data[0] != MAGIC_ID:
+    if len(data) < PREFIX_BYTES or data[0] != MAGIC_ID:
         return None
     schema_id = int.from_bytes(data[1:5], "big")
     indexes, at = ((), 5) if not protobuf else read_indexes(data, 5)

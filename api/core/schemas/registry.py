@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from api.core.schemas.errors import (
@@ -102,10 +102,25 @@ class SchemaRegistry:
         return self._table.view()
 
     def schema_by_id(self, schema_id: int) -> StoredSchema:
-        stored = self.view().schema(schema_id) or self.view(fresh=True).schema(schema_id)
-        if stored is None or not self._versions_of_id(stored.id, deleted=True):
+        stored = self.schemas_by_ids([schema_id]).get(schema_id)
+        if stored is None:
             raise SchemaNotFound(f"Schema {schema_id} not found.")
         return stored
+
+    def schemas_by_ids(self, schema_ids: Iterable[int]) -> dict[int, StoredSchema]:
+        """The registered schemas among `schema_ids` (unknown ids left out), reading the
+        registry afresh at most once for all of them: a batch of binary values can seem to
+        name a dozen ids, and each unknown one used to refresh the registry on its own."""
+        wanted = set(schema_ids)
+        view = self.view()
+        if any(view.schema(schema_id) is None for schema_id in wanted):
+            view = self.view(fresh=True)
+        found = {}
+        for schema_id in wanted:
+            stored = view.schema(schema_id)
+            if stored is not None and self._versions_of_id(stored.id, deleted=True, view=view):
+                found[schema_id] = stored
+        return found
 
     def schema_by_guid(self, guid: str) -> StoredSchema:
         found = self.view().schema_by_guid(guid) or self.view(fresh=True).schema_by_guid(guid)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +76,7 @@ class TypedRecords:
     def __init__(self, registry: SchemaRegistry, blocking: Blocking) -> None:
         self._registry = registry
         self._blocking = blocking
-        self._schemas: dict[int, _Schema] = {}
+        self._known: dict[int, _Schema] = {}  # schema id -> its registered schema
         self._guids: dict[str, int] = {}
         self._unknown: dict[object, float] = {}  # id or GUID -> when to ask again
         self._codecs: dict[tuple[int, tuple[int, ...]], TypedCodec | None] = {}
@@ -152,18 +152,16 @@ class TypedRecords:
             # without the wire format): the ids alone rule them out, with no pass over the
             # column (~0.1 ms a request).
             return None
-        firsts = pc.binary_slice(column, 0, 1)
-        if not pc.any(pc.equal(firsts, b"\x00")).as_py():
-            return None
-        payloads = column.to_pylist()
-        by_id: dict[int, list[int]] = {}
-        for index, payload in enumerate(payloads):
-            if payload is not None and len(payload) >= 5 and payload[0] == 0:
-                by_id.setdefault(int.from_bytes(payload[1:5], "big"), []).append(index)
-        ids: list[int | None] = [None] * len(payloads)
+        by_id: dict[int, list[tuple[int, bytes]]] = {}
+        for index, payload in _prefixed_rows(column):
+            by_id.setdefault(int.from_bytes(payload[1 : wire.PREFIX_BYTES], "big"), []).append(
+                (index, payload)
+            )
+        schemas = await self._schemas(by_id)
+        ids: list[int | None] = [None] * len(column)
         groups: dict[tuple[int, tuple[int, ...]], list[tuple[int, Any]]] = {}
-        for schema_id, indexes in by_id.items():
-            found = await self._schema(schema_id)
+        for schema_id, rows in by_id.items():
+            found = schemas.get(schema_id)
             if found is None or await self._subject_refusal(topic, config, found, is_key):
                 continue  # not the topic's schema: stored untyped
             if found.parsed.schema_type == PROTOBUF:
@@ -171,20 +169,18 @@ class TypedRecords:
             codec = self._codec((schema_id, ()), found)
             if codec is None or codec.batch is None:
                 return NOT_FAST
-            groups[(schema_id, ())] = [(i, payloads[i][5:]) for i in indexes]
-            for index in indexes:
+            groups[(schema_id, ())] = [
+                (index, payload[wire.PREFIX_BYTES :]) for index, payload in rows
+            ]
+            for index, _ in rows:
                 ids[index] = schema_id
         if not groups:
             return None
-        return _typed_columns(is_key, ids, self._fields_array(groups, len(payloads), ids))
+        return _typed_columns(is_key, ids, self._fields_array(groups, len(column), ids))
 
     async def _names_a_schema(self, schema_ids: frozenset[int]) -> bool:
-        """Whether any of `schema_ids` is a registered schema's (each looked up once, then
-        remembered: known ones for good, unknown ones for UNKNOWN_ID_RETRY_S)."""
-        for schema_id in schema_ids:
-            if wire.may_be_schema_id(schema_id) and await self._schema(schema_id) is not None:
-                return True
-        return False
+        """Whether any of `schema_ids` is a registered schema's."""
+        return bool(await self._schemas(schema_ids))
 
     async def _load(self, refs, topic, config, is_key, validate) -> dict[int, str | None]:
         """Look up (once per batch, cached across batches) the schemas `refs` name; when the
@@ -209,7 +205,7 @@ class TypedRecords:
         if ref is None:
             return "it names no schema (Confluent's wire format)" if validate else None
         schema_id = ref.schema_id if ref.guid is None else self._guids.get(ref.guid)
-        found = None if schema_id is None else self._schemas.get(schema_id)
+        found = None if schema_id is None else self._known.get(schema_id)
         if found is None:
             return f"schema {ref.guid or schema_id} is not in the registry" if validate else None
         try:
@@ -277,17 +273,45 @@ class TypedRecords:
     # ---- registry lookups, cached -------------------------------------------------------------
 
     async def _schema(self, schema_id: int) -> _Schema | None:
-        found = self._schemas.get(schema_id)
-        if found is not None or self._unknown.get(schema_id, 0) > time.monotonic():
-            return found
-        try:
-            stored = await self._blocking(self._registry.schema_by_id, schema_id)
-            parsed = await self._blocking(self._registry.parsed, stored)
-        except (RegistryError, InvalidSchema):
-            self._remember_unknown(schema_id)
-            return None
-        found = self._schemas[schema_id] = _Schema(stored, parsed)
+        return (await self._schemas((schema_id,))).get(schema_id)
+
+    async def _schemas(self, schema_ids: Iterable[int]) -> dict[int, _Schema]:
+        """The registered schemas among `schema_ids`, cached: known ones for good, unknown
+        ones for UNKNOWN_ID_RETRY_S; ids no registry gives (wire.may_be_schema_id) are never
+        looked up. The ids not cached are looked up in one trip for all of them."""
+        now = time.monotonic()
+        found: dict[int, _Schema] = {}
+        missing: list[int] = []
+        for schema_id in schema_ids:
+            if not wire.may_be_schema_id(schema_id):
+                continue
+            cached = self._known.get(schema_id)
+            if cached is not None:
+                found[schema_id] = cached
+            elif self._unknown.get(schema_id, 0) <= now:
+                missing.append(schema_id)
+        if missing:
+            looked_up = await self._blocking(self._look_up, missing)
+            for schema_id in missing:
+                if schema_id in looked_up:
+                    found[schema_id] = self._known[schema_id] = looked_up[schema_id]
+                else:
+                    self._remember_unknown(schema_id)
         return found
+
+    def _look_up(self, schema_ids: list[int]) -> dict[int, _Schema]:
+        """(In a storage thread.) The registered and parsable schemas among `schema_ids`."""
+        try:
+            stored = self._registry.schemas_by_ids(schema_ids)
+        except RegistryError:
+            return {}
+        parsed = {}
+        for schema_id, schema in stored.items():
+            try:
+                parsed[schema_id] = _Schema(schema, self._registry.parsed(schema))
+            except InvalidSchema:
+                continue
+        return parsed
 
     async def _id_of_guid(self, guid: str) -> int | None:
         if guid in self._guids or self._unknown.get(guid, 0) > time.monotonic():
@@ -327,6 +351,20 @@ class TypedRecords:
         found = frozenset(v.subject for v in versions)
         self._subjects[schema_id] = (now, found)
         return subject in found
+
+
+def _prefixed_rows(column: pa.ChunkedArray) -> list[tuple[int, bytes]]:
+    """(index, payload) of the payloads that start with the wire format's zero byte and have
+    room for an id: found by Arrow, so only they become Python objects (random binary values
+    start with a zero byte once in 256, and a batch of 8 000 of them was converted whole)."""
+    prefixed = pc.and_(
+        pc.equal(pc.binary_slice(column, 0, 1), b"\x00"),
+        pc.greater_equal(pc.binary_length(column), wire.PREFIX_BYTES),
+    )
+    indexes = pc.indices_nonzero(prefixed)
+    if not len(indexes):
+        return []
+    return list(zip(indexes.to_pylist(), column.take(indexes).to_pylist(), strict=True))
 
 
 def _typed_columns(is_key: bool, ids: list[int | None], fields: pa.Array) -> dict:
