@@ -75,14 +75,16 @@ def test_values_that_only_look_prefixed_cost_one_lookup_per_unknown_id(tmp_path)
 
 
 def test_random_values_cost_one_registry_trip_a_batch(tmp_path):
-    """8 000 random values: ~31 start with a zero byte, too many ids for the decoder to list,
-    so the column is looked at; the ids that may be a registry's are looked up in one trip,
-    and a registered id among them is still typed."""
+    """Binary values naming more ids than the decoder lists (here 8 000 random values, 100 of
+    them starting with a zero byte): the column is looked at, the ids that may be a
+    registry's are looked up in one trip, and a registered id among them is still typed."""
     registry, typed = _typed_records(tmp_path)
     rng = random.Random(7)
-    values = [rng.randbytes(100) for _ in range(8_000)]
+    values = [b"\x01" + rng.randbytes(99) for _ in range(8_000)]
+    for index in range(0, 8_000, 80):
+        values[index] = b"\x00" + rng.randbytes(99)
     prefixed = {int.from_bytes(v[1:5], "big") for v in values if v[0] == 0}
-    assert len(prefixed) > 16 and _decoded(values).named.value_ids is None
+    assert len(prefixed) > 64 and _decoded(values).named.value_ids is None
     assert _attach(typed, values).typed is None
     assert registry.trips == 1
     assert sorted(registry.lookups) == sorted(i for i in prefixed if 0 < i < 2**31)
@@ -93,3 +95,26 @@ def test_random_values_cost_one_registry_trip_a_batch(tmp_path):
     attached = _attach(typed, values)
     assert attached.typed.column("value_fields").to_pylist()[10] == {"id": 7}
     assert attached.typed.column("value_schema_id").null_count == len(values) - 1
+
+
+def test_a_registered_id_among_them_is_typed(tmp_path):
+    registry, typed = _typed_records(tmp_path)
+    avro_id_7 = b"\x0e"  # Avro long 7 (zigzag)
+    values = [struct.pack(">q", 5), b"\x00" + (1).to_bytes(4, "big") + avro_id_7]
+    attached = _attach(typed, values)
+    assert attached.typed is not None
+    assert attached.typed.column("value_schema_id").to_pylist() == [None, 1]
+    assert attached.typed.column("value_fields").to_pylist() == [None, {"id": 7}]
+
+
+def test_the_decoder_lists_at_most_sixty_four_ids_a_column(tmp_path):
+    few = _decoded([b"\x00" + n.to_bytes(4, "big") + b"x" for n in (3, 3, 9)])
+    assert few.named.value_ids == frozenset({3, 9})
+    assert few.named.key_ids == frozenset()
+    many = _decoded([b"\x00" + n.to_bytes(4, "big") + b"x" for n in range(1, 66)])
+    assert many.named.value_ids is None  # not listed: the column itself is looked at
+    assert many.may_name_schemas
+    # 8 000 random values: ~31 start with a zero byte, listed (no pass over the column).
+    rng = random.Random(7)
+    random_values = _decoded([rng.randbytes(100) for _ in range(8_000)])
+    assert 16 < len(random_values.named.value_ids) <= 64
