@@ -150,20 +150,23 @@ def read_files(
 def transactional_rows_from(store: Store, snapshot: LogSnapshot, from_offset: int) -> pa.Table:
     """The INDEX_COLUMNS of transactional rows at or above `from_offset`, offset order: the
     tail from memory, other files (those whose statistics allow transactions) read."""
+    newer = snapshot.files[bisect.bisect_left(snapshot.files, from_offset, key=_max_offset) :]
+    candidates = [f for f in newer if _may_hold_transactions(f)]
+    if not candidates:  # a read_committed fetch asks after every commit: no tail dict then
+        return transactional_rows(_EMPTY_READ, from_offset)
     chunks = snapshot.tail_records()
-    max_offsets = [f.max_offset for f in snapshot.files]
     tables = []
-    for data_file in snapshot.files[bisect.bisect_left(max_offsets, from_offset) :]:
-        if not _may_hold_transactions(data_file):
-            continue
+    for data_file in candidates:
         # Not just the chunk at the file's first offset: a merged file holds several commits.
         table = in_memory(chunks, data_file)
         if table is None:
             table = read_columns(store, data_file, list(INDEX_COLUMNS))
         tables.append(transactional_rows(table, from_offset))
-    if not tables:
-        return transactional_rows(_EMPTY_READ, from_offset)
     return pa.concat_tables(tables)
+
+
+def _max_offset(data_file: DataFile) -> int:
+    return data_file.max_offset
 
 
 def _may_hold_transactions(data_file: DataFile) -> bool:
