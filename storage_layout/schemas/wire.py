@@ -39,8 +39,8 @@ def from_prefix(data: bytes, *, protobuf: bool) -> SchemaRef | None:
     """The schema a prefixed key or value names, or None when it has no prefix."""
     if len(data) < PREFIX_BYTES or data[0] != MAGIC_ID:
         return None
-    schema_id = int.from_bytes(data[1:5], "big")
-    indexes, at = ((), 5) if not protobuf else read_indexes(data, 5)
+    schema_id = int.from_bytes(data[1:PREFIX_BYTES], "big")
+    indexes, at = ((), PREFIX_BYTES) if not protobuf else read_indexes(data, PREFIX_BYTES)
     return SchemaRef(schema_id, None, indexes, at)
 
 
