@@ -197,10 +197,11 @@ class KafkaListener:
 
     async def _read_frame(self, reader: asyncio.StreamReader) -> bytes | None:
         settings = self._settings
+        # asyncio.timeout, not wait_for: wait_for wraps the read in a task of its own, 12 us
+        # against 5 us, twice a request.
         try:
-            head = await asyncio.wait_for(
-                reader.readexactly(4), settings.kafka_idle_timeout_ms / 1000
-            )
+            async with asyncio.timeout(settings.kafka_idle_timeout_ms / 1000):
+                head = await reader.readexactly(4)
         except asyncio.IncompleteReadError as error:
             if not error.partial:
                 return None  # a clean close between requests
@@ -211,9 +212,8 @@ class KafkaListener:
                 f"a {size}-byte request is outside 0..{settings.kafka_request_bytes_max} "
                 f"(LAKELOG_KAFKA_REQUEST_BYTES_MAX)"
             )
-        return await asyncio.wait_for(
-            reader.readexactly(size), settings.kafka_frame_timeout_ms / 1000
-        )
+        async with asyncio.timeout(settings.kafka_frame_timeout_ms / 1000):
+            return await reader.readexactly(size)
 
     async def _answer(
         self, connection: Connection, frame: bytes, admitted: asyncio.Event, reserved

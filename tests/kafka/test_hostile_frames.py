@@ -108,6 +108,21 @@ def test_a_frame_never_finished_is_dropped_after_the_frame_timeout(tmp_path_fact
         gateway.stop()
 
 
+def test_an_idle_connection_is_closed_after_the_idle_timeout(tmp_path_factory):
+    """connections.max.idle.ms: a connection that sends nothing is closed, and the node
+    still answers others."""
+    env = {"LAKELOG_KAFKA_IDLE_TIMEOUT_MS": "500"}
+    gateway = start_gateway(tmp_path_factory.mktemp("idle") / "data", env=env, kafka=True)
+    try:
+        with connect(gateway.kafka_address) as sock:
+            started = time.monotonic()
+            assert read_answer(sock) is None  # closed by the node, not by this test
+            assert 0.4 < time.monotonic() - started < 5
+        assert api_versions_answered(gateway.kafka_address)
+    finally:
+        gateway.stop()
+
+
 def test_random_mutations_of_valid_requests_never_break_the_node(bootstrap, topic_name):
     create(bootstrap, topic_name)
     acked = produce_all(bootstrap, topic_name, [{"value": f"v{i}".encode()} for i in range(5)])
