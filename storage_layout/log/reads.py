@@ -9,6 +9,7 @@ import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from operator import attrgetter
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -150,7 +151,8 @@ def read_files(
 def transactional_rows_from(store: Store, snapshot: LogSnapshot, from_offset: int) -> pa.Table:
     """The INDEX_COLUMNS of transactional rows at or above `from_offset`, offset order: the
     tail from memory, other files (those whose statistics allow transactions) read."""
-    newer = snapshot.files[bisect.bisect_left(snapshot.files, from_offset, key=_max_offset) :]
+    first = bisect.bisect_left(snapshot.files, from_offset, key=attrgetter("max_offset"))
+    newer = snapshot.files[first:]
     candidates = [f for f in newer if _may_hold_transactions(f)]
     if not candidates:  # a read_committed fetch asks after every commit: no tail dict then
         return transactional_rows(_EMPTY_READ, from_offset)
@@ -163,10 +165,6 @@ def transactional_rows_from(store: Store, snapshot: LogSnapshot, from_offset: in
             table = read_columns(store, data_file, list(INDEX_COLUMNS))
         tables.append(transactional_rows(table, from_offset))
     return pa.concat_tables(tables)
-
-
-def _max_offset(data_file: DataFile) -> int:
-    return data_file.max_offset
 
 
 def _may_hold_transactions(data_file: DataFile) -> bool:
